@@ -1,0 +1,159 @@
+"""The write protocol: replace a file with new bytes so a crash leaves the old or the new file.
+
+Each step is a module-level function called through this module from ``write_atomic`` alone, so a
+test can replace any one of them (``monkeypatch.setattr(_atomic, "sync_file", failing)``) and
+check what a fault there leaves behind. On any failure before the rename the temp file is removed
+and the first error is re-raised; a failing clean-up never hides it.
+
+Why each step:
+- the temp file is created exclusively (``O_EXCL``, no symlink followed) in the target's directory,
+  with mode 0600, so nobody else can read it half-written or redirect it, and so the rename stays
+  within one filesystem and is atomic;
+- ``fsync`` before the rename, because without it a power loss can leave the new name pointing at
+  a file whose data never reached the disk (ext4 ``auto_da_alloc`` narrows, but does not close, that
+  window);
+- the permission bits are set before the rename, so the file never appears with the wrong ones;
+- ``fsync`` of the directory after the rename, because the rename itself lives in the directory and
+  is not durable until the directory is.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import secrets
+import stat
+
+__all__ = [
+    "ReplacedNotSynced",
+    "discard_temp",
+    "ensure_directory",
+    "open_temp",
+    "replace",
+    "set_mode",
+    "sync_directory",
+    "sync_file",
+    "temp_pattern",
+    "write_all",
+    "write_atomic",
+]
+
+_TEMP_MARK = ".trainstatus-"
+_TEMP_SUFFIX = ".tmp"
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+class ReplacedNotSynced(Exception):
+    """The new file is in place but the directory sync failed: it may not survive a power loss."""
+
+    def __init__(self, cause: OSError, fd: int, st: os.stat_result) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.fd = fd
+        self.st = st
+
+
+def temp_pattern(name: str) -> re.Pattern[str]:
+    """The names this library gives temp files for target ``name``, and no others."""
+    return re.compile(re.escape(f".{name}{_TEMP_MARK}") + r"[0-9a-f]{16}" + re.escape(_TEMP_SUFFIX))
+
+
+def ensure_directory(directory: str, *, durable: bool) -> None:
+    """Create ``directory`` and missing parents; sync each new entry into its parent."""
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(directory)
+    if parent and parent != directory:
+        ensure_directory(parent, durable=durable)
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        return
+    if durable:
+        sync_directory(parent or ".")
+
+
+def open_temp(directory: str, name: str) -> tuple[int, str]:
+    """Create a new, empty temp file beside the target; (fd, path)."""
+    for _ in range(100):
+        temp = os.path.join(directory, f".{name}{_TEMP_MARK}{secrets.token_hex(8)}{_TEMP_SUFFIX}")
+        try:
+            return os.open(temp, _OPEN_FLAGS, 0o600), temp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "could not find a free temp file name", directory)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def set_mode(fd: int, mode: int) -> None:
+    """Give the temp file the permission bits the target should have."""
+    os.fchmod(fd, mode)
+
+
+def sync_file(fd: int) -> None:
+    """Make the file's data durable before its name can point at it."""
+    os.fsync(fd)
+
+
+def replace(temp: str, target: str) -> None:
+    """Atomically put the temp file in the target's place."""
+    os.replace(temp, target)
+
+
+def sync_directory(directory: str) -> None:
+    """Make a rename (or creation) in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def discard_temp(fd: int, temp: str) -> None:
+    """Close and remove a temp file after a failure, never raising over the first error."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    try:
+        os.unlink(temp)
+    except OSError:
+        pass
+
+
+def write_atomic(target: str, data: bytes, *, durable: bool, mode: int) -> tuple[int, os.stat_result]:
+    """Replace ``target`` with ``data``; return the new file's open fd and its stat.
+
+    The fd is handed to the caller, who keeps it open: while it is open the inode cannot be freed,
+    so its number cannot be reused by a later file, which keeps (inode, size, mtime) a reliable
+    sign of whether anyone replaced the file since.
+
+    Raises the ``OSError`` of the failing step, with the target untouched and no temp file left;
+    or ``ReplacedNotSynced`` when only the final directory sync failed.
+    """
+    directory, name = os.path.split(target)
+    fd, temp = open_temp(directory, name)
+    try:
+        write_all(fd, data)
+        set_mode(fd, stat.S_IMODE(mode))
+        if durable:
+            sync_file(fd)
+        st = os.fstat(fd)
+        replace(temp, target)
+    except BaseException:
+        discard_temp(fd, temp)
+        raise
+    if durable:
+        try:
+            sync_directory(directory)
+        except OSError as exc:
+            raise ReplacedNotSynced(exc, fd, st) from exc
+    return fd, st

@@ -1,0 +1,290 @@
+"""The codec: values to JSON bytes and back, and the policy on what may be stored.
+
+Each stored value is encoded once, when it is set, into the exact bytes it occupies in the file
+(an ``Entry``). Writing the document is then a join of those bytes: a ``set`` pays for
+serializing the value it changes, not the whole document. The bytes are also what ``get`` decodes,
+which hands every caller a fresh copy for the price of one ``orjson.loads``.
+
+orjson is the fast path. It cannot write or read the ``NaN``/``Infinity`` literals that ML-Agents'
+files contain (it silently writes ``null``), nor integers beyond 64 bits (it reads them as floats).
+Values holding those go through Python's ``json`` module instead and are marked ``exotic`` so they
+are decoded by ``json`` too: slower, but nothing is ever silently changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ._errors import TrainingStatusTypeError, TrainingStatusValueError
+
+__all__ = ["Entry", "decode", "encode_loaded", "encode_value", "parse_document", "render"]
+
+_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+# A value sits two levels deep in the file (category -> key -> value). JSON text never holds a raw
+# newline inside a string (both encoders escape it), so re-indenting is a plain byte replace.
+_VALUE_INDENT = b"\n    "
+# orjson reads integers in [-2**63, 2**64 - 1] exactly and anything longer as a float. A run of
+# 19 digits is the shortest text that can fall outside; seeing one sends the file to ``json``.
+_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_DIGIT_RUN = b"0" * 19
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored value: its bytes as they stand in the file, indented for their place."""
+
+    raw: bytes
+    exotic: bool = False  # needs Python's json to read: NaN/Infinity or an integer beyond 64 bits
+
+
+def decode(entry: Entry) -> Any:
+    """A fresh, independent copy of the stored value as plain JSON types."""
+    if entry.exotic:
+        return json.loads(entry.raw)
+    return orjson.loads(entry.raw)
+
+
+def _default(obj: Any) -> Any:
+    # Called by orjson for types it does not serialize itself. numpy is never imported here: an
+    # object that has ``tolist``/``item`` and comes from numpy is converted, anything else refused.
+    module = type(obj).__module__
+    if module == "numpy" or module.startswith("numpy."):
+        if hasattr(obj, "tolist"):
+            return obj.tolist()
+    if isinstance(obj, float):  # float subclasses, which orjson does not pass through
+        return float(obj)
+    raise TypeError
+
+
+def _json_dumps(plain: Any) -> bytes:
+    text = json.dumps(plain, indent=2, ensure_ascii=False, allow_nan=True)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate read from an escaped file: keep it escaped
+        data = json.dumps(plain, indent=2, ensure_ascii=True, allow_nan=True).encode("ascii")
+    return data.replace(b"\n", _VALUE_INDENT)
+
+
+def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
+    """Encode a value a caller wants to store, or raise a clear error naming where it failed.
+
+    Nothing about the store changes here, so an error leaves memory and disk untouched.
+    """
+    try:
+        raw = orjson.dumps(value, default=_default, option=_OPTIONS)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise _explain(value, exc, path=path, category=category, key=key) from exc
+    if b"null" in raw:
+        # orjson writes NaN and +-Infinity as null. Only a value whose output has a null can hold
+        # one, so the walk below stays off the common path.
+        converter = _Plain()
+        plain = converter(value)
+        if converter.nonfinite:
+            return Entry(_json_dumps(plain), exotic=True)
+    return Entry(raw.replace(b"\n", _VALUE_INDENT))
+
+
+def encode_loaded(value: Any) -> Entry:
+    """Encode a value read from a file (plain JSON types), keeping every number exactly."""
+    try:
+        raw = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    except TypeError:  # an integer beyond 64 bits or a lone surrogate: only json writes it back
+        return Entry(_json_dumps(value), exotic=True)
+    if b"null" in raw:
+        converter = _Plain()
+        converter(value)
+        if converter.nonfinite:
+            return Entry(_json_dumps(value), exotic=True)
+    return Entry(raw.replace(b"\n", _VALUE_INDENT))
+
+
+def parse_document(data: bytes) -> Any:
+    """Parse a whole file. Raises ``ValueError`` (or ``RecursionError``) when it is not JSON.
+
+    Accepts what Python's ``json`` writes and orjson refuses: ``NaN``/``Infinity`` literals,
+    integers beyond 64 bits (kept exact), a UTF-8 byte order mark.
+    """
+    if _LONG_DIGIT_RUN not in data.translate(_DIGITS_TO_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # maybe NaN literals or a BOM; json decides
+    return json.loads(data)
+
+
+def _key_bytes(name: str) -> bytes:
+    return orjson.dumps(name)
+
+
+def render(document: Mapping[str, Mapping[str, Entry]]) -> bytes:
+    """The file's bytes: the same layout as ``orjson.dumps(document, option=OPT_INDENT_2)``."""
+    if not document:
+        return b"{}\n"
+    out: list[bytes] = []
+    sep = b"{\n  "
+    for category, entries in document.items():
+        out.append(sep)
+        sep = b",\n  "
+        out.append(_key_bytes(category))
+        if not entries:
+            out.append(b": {}")
+            continue
+        inner = b": {\n    "
+        for key, entry in entries.items():
+            out.append(inner)
+            inner = b",\n    "
+            out.append(_key_bytes(key))
+            out.append(b": ")
+            out.append(entry.raw)
+        out.append(b"\n  }")
+    out.append(b"\n}\n")
+    return b"".join(out)
+
+
+class _Plain:
+    """Convert a storable value to types Python's json writes, noting non-finite floats."""
+
+    def __init__(self) -> None:
+        self.nonfinite = False
+
+    def __call__(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is float:
+            if not math.isfinite(value):
+                self.nonfinite = True
+            return value
+        if kind is str or kind is int or kind is bool or value is None:
+            return value
+        if isinstance(value, enum.Enum):
+            return self(value.value)
+        if isinstance(value, Mapping):
+            return {k: self(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            # orjson leaves out fields whose name starts with an underscore; so do we.
+            return {
+                f.name: self(getattr(value, f.name))
+                for f in dataclasses.fields(value)
+                if not f.name.startswith("_")
+            }
+        if isinstance(value, float):
+            return self(float(value))
+        if isinstance(value, (bool, int)):
+            return int(value) if not isinstance(value, bool) else bool(value)
+        if isinstance(value, str):
+            return str(value)
+        if hasattr(value, "tolist") and type(value).__module__.split(".")[0] == "numpy":
+            return self(value.tolist())
+        # datetime, date, time, UUID: whatever text orjson gives them
+        return orjson.loads(orjson.dumps(value))
+
+
+# --- errors: find where in a nested value encoding failed and say what to do --------------------
+
+_HINTS = {
+    "set": "store a list instead (e.g. sorted(value))",
+    "frozenset": "store a list instead (e.g. sorted(value))",
+    "bytes": "store text instead (e.g. value.decode() or base64)",
+    "bytearray": "store text instead (e.g. value.decode() or base64)",
+    "complex": "store [value.real, value.imag] instead",
+    "Decimal": "store float(value) or str(value) instead",
+    "PosixPath": "store str(value) instead",
+    "WindowsPath": "store str(value) instead",
+    "Tensor": "store value.item() or value.tolist() instead",
+}
+_DEFAULT_HINT = "store a dict with str keys, a list, str, int, float, bool or None instead"
+_MAX_DEPTH = 254  # orjson's own limit when writing
+
+
+def _describe(category: str, key: str, inner: str) -> str:
+    return f"{category}/{key}{inner}"
+
+
+def _explain(
+    value: Any, exc: BaseException, *, path: str, category: str, key: str
+) -> Exception:
+    context = {"path": path, "category": category, "key": key}
+    found = _find_problem(value, "", 0)
+    if found is None:  # nothing our walk recognises: pass on orjson's own words
+        where = _describe(category, key, "")
+        return TrainingStatusTypeError(
+            f"Cannot store {where} in {path}: {exc}; {_DEFAULT_HINT}. Nothing was written.",
+            **context,
+        )
+    inner, problem, is_type = found
+    where = _describe(category, key, inner)
+    message = f"Cannot store {where} in {path}: {problem}. Nothing was written."
+    if is_type:
+        return TrainingStatusTypeError(message, **context)
+    return TrainingStatusValueError(message, **context)
+
+
+def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] | None:
+    """(path inside the value, what is wrong and what to do, is it a type problem) or None."""
+    if depth > _MAX_DEPTH:
+        return (where, f"it is nested more than {_MAX_DEPTH} levels deep; flatten it", False)
+    if value is None or isinstance(value, (bool, float, enum.Enum)):
+        if isinstance(value, enum.Enum):
+            return _find_problem(value.value, where, depth + 1)
+        return None
+    if isinstance(value, int):
+        if -(2**63) <= value <= 2**64 - 1:
+            return None
+        return (
+            where,
+            f"the integer {value} is outside the 64-bit range that JSON readers keep exactly; "
+            "store it as a string (str(value)) instead",
+            False,
+        )
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return (where, "the string holds a lone surrogate, which UTF-8 cannot encode; "
+                    "clean it (e.g. value.encode('utf-8', 'replace').decode())", False)
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return (
+                    where,
+                    f"a dict key of type {type(k).__name__!r} ({k!r}) is not a str; JSON object "
+                    "keys must be strings: convert the keys with str()",
+                    True,
+                )
+            found = _find_problem(v, f"{where}[{k!r}]", depth + 1)
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _find_problem(v, f"{where}[{i}]", depth + 1)
+            if found:
+                return found
+        return None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            if not f.name.startswith("_"):
+                found = _find_problem(getattr(value, f.name), f"{where}.{f.name}", depth + 1)
+                if found:
+                    return found
+        return None
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
+        if value.dtype.kind in "biuf":
+            return None
+        return _find_problem(value.tolist(), where, depth)
+    if type(value).__module__ in ("datetime", "uuid"):
+        return None
+    name = type(value).__name__
+    hint = _HINTS.get(name, _DEFAULT_HINT)
+    return (where, f"an object of type {name!r} is not JSON serializable; {hint}", True)

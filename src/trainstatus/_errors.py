@@ -1,0 +1,177 @@
+"""Every error and warning trainstatus raises, and the helper that issues warnings.
+
+One base class each (``TrainingStatusError``, ``TrainingStatusWarning``) so a caller can catch or
+filter everything from this library in one line; subclasses for the cases a caller acts on
+differently. Where a built-in exception fits, the subclass inherits it too, so code that already
+says ``except OSError`` or ``except TimeoutError`` around its saves keeps working.
+
+Errors carry their context as attributes and survive pickling, because trainers run in several
+processes and ship exceptions between them (multiprocessing, concurrent.futures).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any
+
+__all__ = [
+    "TrainingStatusCorruptError",
+    "TrainingStatusCorruptWarning",
+    "TrainingStatusError",
+    "TrainingStatusLockTimeout",
+    "TrainingStatusMissingWarning",
+    "TrainingStatusReadError",
+    "TrainingStatusTypeError",
+    "TrainingStatusValueError",
+    "TrainingStatusVersionError",
+    "TrainingStatusVersionWarning",
+    "TrainingStatusWarning",
+    "TrainingStatusWriteError",
+    "warn",
+]
+
+_CONTEXT = ("path", "category", "key", "found_version", "lock_file", "moved_to")
+
+
+def _rebuild(cls: type[Any], message: str, context: dict[str, Any]) -> Any:
+    return cls(message, **context)
+
+
+class _Context:
+    """Context attributes shared by the error and the warning classes."""
+
+    path: str | None
+    category: str | None
+    key: str | None
+    found_version: str | None
+    lock_file: str | None
+    moved_to: str | None
+
+    def _set_context(self, given: dict[str, Any]) -> None:
+        unknown = set(given) - set(_CONTEXT)
+        if unknown:
+            raise TypeError(f"unexpected context {sorted(unknown)}")
+        for name in _CONTEXT:
+            value = given.get(name)
+            if isinstance(value, os.PathLike):
+                value = os.fspath(value)
+            setattr(self, name, value)
+
+    def _context(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in _CONTEXT if getattr(self, n) is not None}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default reduce of an exception re-calls the class with ``args`` only, which drops
+        # keyword-only context and, for the OSError subclasses, would rebuild a different message.
+        return (_rebuild, (type(self), str(self), self._context()))
+
+
+class TrainingStatusError(_Context, Exception):
+    """Base class of every error trainstatus raises.
+
+    Attributes (``None`` where they do not apply): ``path`` of the status file, ``category`` and
+    ``key`` concerned, ``found_version`` of a file's format, ``lock_file`` that could not be taken,
+    ``moved_to`` where a damaged file was kept.
+    """
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self._set_context(context)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TrainingStatusReadError(TrainingStatusError, OSError):
+    """The status file exists but cannot be read (permissions, a directory in its place, I/O error).
+
+    The file is left exactly as it is. The underlying ``OSError`` is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, **context: Any) -> None:
+        OSError.__init__(self, message)
+        self._set_context(context)
+
+
+class TrainingStatusWriteError(TrainingStatusError, OSError):
+    """A write failed. The file on disk and the store's memory are as they were before the call.
+
+    The underlying ``OSError`` (disk full, I/O error, read-only filesystem...) is the ``__cause__``
+    and its ``errno`` is copied here.
+    """
+
+    def __init__(self, message: str, *, errno: int | None = None, **context: Any) -> None:
+        OSError.__init__(self, message)
+        self.errno = errno
+        self._set_context(context)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = self._context()
+        context["errno"] = self.errno
+        return (_rebuild, (type(self), str(self), context))
+
+
+class TrainingStatusLockTimeout(TrainingStatusError, TimeoutError):
+    """The lock beside the status file (``lock_file``) could not be taken in time."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        OSError.__init__(self, message)
+        self._set_context(context)
+
+
+class TrainingStatusCorruptError(TrainingStatusError):
+    """The status file is damaged and the store was opened with ``strict=True``.
+
+    Nothing was moved or changed; without ``strict`` the file is kept aside and a
+    ``TrainingStatusCorruptWarning`` is issued instead.
+    """
+
+
+class TrainingStatusVersionError(TrainingStatusError):
+    """Writing would replace a file of a newer format (``found_version``) this version cannot keep."""
+
+
+class TrainingStatusTypeError(TrainingStatusError, TypeError):
+    """A value, key or category of a type that cannot be stored. Nothing was written."""
+
+
+class TrainingStatusValueError(TrainingStatusError, ValueError):
+    """A value that cannot be stored faithfully, or a reserved name. Nothing was written."""
+
+
+class TrainingStatusWarning(_Context, UserWarning):
+    """Base class of every warning trainstatus issues; filter them all with this class."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self._set_context(context)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TrainingStatusMissingWarning(TrainingStatusWarning):
+    """A resume was requested but there is no status file: training restarts from scratch."""
+
+
+class TrainingStatusVersionWarning(TrainingStatusWarning):
+    """The file's format version or a registered metadata field differs, or metadata is missing."""
+
+
+class TrainingStatusCorruptWarning(TrainingStatusWarning):
+    """The status file was damaged; it was moved aside to ``moved_to`` and the store started empty."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn(warning: TrainingStatusWarning) -> None:
+    """Issue ``warning`` at the first caller outside this package, so it points at user code."""
+    level = 1
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    warnings.warn(warning, stacklevel=level)

@@ -1,0 +1,99 @@
+"""One lock per status file per process: an in-process RLock in front of one ``filelock``.
+
+Every store on the same file in this process shares one ``PathLock``. Threads queue on the RLock,
+so the ``FileLock`` (an ``flock`` on the sibling ``.lock`` file, excluding other processes) is only
+ever taken by one thread at a time and only once per outermost hold: a ``set`` inside a
+transaction pays for ``filelock`` zero times, a plain ``set`` once. Two ``FileLock`` objects on one
+path in one process would also make filelock raise its deadlock error; sharing avoids that.
+
+After ``fork`` the child must not touch the parent's lock objects: an inherited RLock may be held by
+a thread that does not exist in the child, and releasing an inherited ``flock`` descriptor would
+free the parent's lock. The child therefore starts a new registry (``generation`` changes, and
+holders fetch their lock again) and keeps the inherited objects referenced forever, so no finalizer
+of theirs runs in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import filelock
+
+from ._errors import TrainingStatusLockTimeout
+
+__all__ = ["PathLock", "generation", "lock_for"]
+
+
+class PathLock:
+    """Mutual exclusion for one status file across threads and processes; reentrant per thread."""
+
+    def __init__(self, lock_path: str) -> None:
+        self.lock_path = lock_path
+        self._mutex = threading.RLock()
+        self._depth = 0  # holds by the thread owning _mutex; guarded by _mutex
+        self._file_lock = filelock.FileLock(lock_path, thread_local=False)
+
+    @contextmanager
+    def hold(self, timeout: float | None, *, path: str) -> Iterator[None]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._mutex.acquire(timeout=-1 if timeout is None else timeout):
+            raise self._timeout(timeout, path, None)
+        try:
+            if self._depth == 0:
+                remaining = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    self._file_lock.acquire(timeout=remaining)
+                except filelock.Timeout as exc:
+                    raise self._timeout(timeout, path, exc) from exc
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._file_lock.release()
+        finally:
+            self._mutex.release()
+
+    def _timeout(self, timeout: float | None, path: str, exc: BaseException | None) -> TrainingStatusLockTimeout:
+        who = "another process" if exc is not None else "another thread of this process"
+        return TrainingStatusLockTimeout(
+            f"Could not lock {path} within {timeout} s: {who} holds {self.lock_path} (a write or an "
+            "open transaction). Let it finish, or open the store with a longer lock_timeout=; "
+            "`trainstatus check` shows who holds it.",
+            path=path,
+            lock_file=self.lock_path,
+        )
+
+
+_registry: weakref.WeakValueDictionary[str, PathLock] = weakref.WeakValueDictionary()
+_registry_mutex = threading.Lock()
+_inherited: list[Any] = []  # objects from before a fork, kept alive in the child on purpose
+generation = 0
+
+
+def lock_for(lock_path: str) -> PathLock:
+    """The process-wide lock for ``lock_path`` (an absolute, resolved path)."""
+    with _registry_mutex:
+        lock = _registry.get(lock_path)
+        if lock is None:
+            lock = _registry[lock_path] = PathLock(lock_path)
+        return lock
+
+
+def _after_fork_in_child() -> None:
+    global _registry, _registry_mutex, generation
+    _inherited.append(list(_registry.values()))
+    _registry = weakref.WeakValueDictionary()
+    _registry_mutex = threading.Lock()
+    generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

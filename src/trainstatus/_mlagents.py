@@ -1,0 +1,199 @@
+"""The ML-Agents drop-in: ``StatusType``, ``StatusMetaData`` and ``GlobalTrainingStatus``.
+
+Same names, same static methods and the same file as ``mlagents.trainers.training_status``, but
+backed by a ``StatusStore``: once bound to a path, every ``set_parameter_state`` is on disk
+before it returns, instead of once at exit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import TrainingStatusError, TrainingStatusVersionWarning, warn
+from ._load import STATUS_FORMAT_VERSION, compare_metadata
+from ._storage import Memory
+from ._store import StatusStore
+from ._version import __version__
+
+__all__ = ["GlobalTrainingStatus", "StatusMetaData", "StatusType"]
+
+_MISSING = object()
+
+
+class StatusType(enum.Enum):
+    """The keys ML-Agents stores (and the reserved metadata category)."""
+
+    LESSON_NUM = "lesson_num"
+    STATS_METADATA = "metadata"
+    CHECKPOINTS = "checkpoints"
+    FINAL_CHECKPOINT = "final_checkpoint"
+    ELO = "elo"
+
+
+@dataclasses.dataclass
+class StatusMetaData:
+    """The metadata block: format version, library versions, and any ``extra`` fields.
+
+    ``trainstatus_version`` is recorded but never compared: the format version says whether a
+    file can be read. The other fields are compared by ``check_compatibility`` when both sides
+    have them.
+    """
+
+    stats_format_version: str = STATUS_FORMAT_VERSION
+    trainstatus_version: str = __version__
+    mlagents_version: str | None = None
+    torch_version: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as they stand in the file (``None`` fields left out, ``extra`` inlined)."""
+        result: dict[str, Any] = {
+            "stats_format_version": self.stats_format_version,
+            "trainstatus_version": self.trainstatus_version,
+        }
+        if self.mlagents_version is not None:
+            result["mlagents_version"] = self.mlagents_version
+        if self.torch_version is not None:
+            result["torch_version"] = self.torch_version
+        result.update(self.extra)
+        return result
+
+    @classmethod
+    def from_dict(cls, import_dict: Mapping[str, Any]) -> StatusMetaData:
+        """Read a metadata block; fields this class does not name go to ``extra``."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        given = {k: v for k, v in import_dict.items() if k in known}
+        extra = {k: v for k, v in import_dict.items() if k not in known}
+        return cls(**given, extra=extra)
+
+    def check_compatibility(self, other: StatusMetaData) -> None:
+        """Warn (``TrainingStatusVersionWarning``) for each field that differs from ``other``'s.
+
+        ``self`` is what a file holds, ``other`` the running versions, as in ML-Agents'
+        ``StatusMetaData.from_dict(loaded).check_compatibility(StatusMetaData())``.
+        """
+        expected = other.to_dict()
+        expected.pop("trainstatus_version")
+        for message in compare_metadata(self.to_dict(), expected, location="The status file"):
+            warn(TrainingStatusVersionWarning(message))
+
+
+class _GlobalTrainingStatusType(type):
+    @property
+    def saved_state(cls) -> dict[str, dict[str, Any]]:
+        """The whole status as a plain dict (a copy: change it with ``set_parameter_state``)."""
+        return GlobalTrainingStatus.store().to_dict()
+
+
+def _memory_store() -> StatusStore:
+    return StatusStore._on_storage(Memory())
+
+
+class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
+    """Process-wide training status, as in ML-Agents, written through to one file.
+
+    Until it is bound to a path the status lives in memory only. Bind it with ``load_state(path)``
+    when resuming (a missing file warns), ``start_fresh(path)`` when starting a new run, or
+    ``save_state(path)``; from then on every ``set_parameter_state`` is written to that file
+    before it returns. Keyword options of those three calls are passed to ``StatusStore``
+    (``metadata=``, ``durable=``, ``lock_timeout=``, ``strict=``...).
+    """
+
+    _store: StatusStore = _memory_store()
+    _bound: bool = False
+    _mutex = threading.RLock()
+
+    @staticmethod
+    def store() -> StatusStore:
+        """The ``StatusStore`` currently behind the global status."""
+        return GlobalTrainingStatus._store
+
+    @staticmethod
+    def load_state(path: str | os.PathLike[str], **options: Any) -> None:
+        """Resume from ``path`` and bind to it. A missing file warns and starts empty.
+
+        Values set before binding that the file does not hold are kept and written to it.
+        """
+        with GlobalTrainingStatus._mutex:
+            store = StatusStore(path, resume=True, **options)
+            GlobalTrainingStatus._bind(store, keep="missing")
+
+    @staticmethod
+    def start_fresh(path: str | os.PathLike[str], *, overwrite: bool = False, **options: Any) -> None:
+        """Start a new run writing to ``path``; bind to it.
+
+        A file that already holds a status is an error unless ``overwrite=True`` (then its
+        categories are removed in one write): resume it with ``load_state`` instead.
+        """
+        with GlobalTrainingStatus._mutex:
+            store = StatusStore(path, **options)
+            existing = [c for c in store.to_dict() if c != StatusType.STATS_METADATA.value]
+            if existing and not overwrite:
+                store.close()
+                raise TrainingStatusError(
+                    f"{store.path} already holds a training status ({', '.join(existing[:5])}"
+                    f"{', ...' if len(existing) > 5 else ''}). Resume it with "
+                    "GlobalTrainingStatus.load_state(path), or pass overwrite=True to start_fresh "
+                    "to replace it.",
+                    path=store.path,
+                )
+            store.clear()
+            GlobalTrainingStatus._bind(store, keep="all")
+
+    @staticmethod
+    def save_state(path: str | os.PathLike[str], **options: Any) -> None:
+        """Write the whole status to ``path`` now and bind to it (ML-Agents calls this at exit).
+
+        Already bound to ``path``: the file is rewritten as it stands (nothing else changes).
+        Otherwise the file at ``path`` is replaced by the current status.
+        """
+        with GlobalTrainingStatus._mutex:
+            current = GlobalTrainingStatus._store
+            if GlobalTrainingStatus._bound and os.path.realpath(current.path) == os.path.realpath(path):
+                current.save()
+                return
+            store = StatusStore(path, **options)
+            store.clear()
+            GlobalTrainingStatus._bind(store, keep="all")
+            store.save()
+
+    @staticmethod
+    def set_parameter_state(category: str, key: StatusType | str, value: Any) -> None:
+        """Store ``value``; written to the bound file before returning."""
+        GlobalTrainingStatus._store.set(category, key, value)
+
+    @staticmethod
+    def get_parameter_state(category: str, key: StatusType | str) -> Any:
+        """The stored value, or None when unknown (nothing is created)."""
+        return GlobalTrainingStatus._store.get(category, key)
+
+    @staticmethod
+    def reset() -> None:
+        """Forget everything and unbind (the file is left as it is). Tests call this between runs."""
+        with GlobalTrainingStatus._mutex:
+            if GlobalTrainingStatus._bound:
+                GlobalTrainingStatus._store.close()
+            GlobalTrainingStatus._store = _memory_store()
+            GlobalTrainingStatus._bound = False
+
+    @staticmethod
+    def _bind(store: StatusStore, *, keep: str) -> None:
+        """Make ``store`` the global one, carrying over the values held so far."""
+        previous = GlobalTrainingStatus._store
+        held = previous.to_dict()
+        held.pop(StatusType.STATS_METADATA.value, None)
+        if held:
+            with store.transaction():
+                for category, entries in held.items():
+                    for key, value in entries.items():
+                        if keep == "all" or store.get(category, key, _MISSING) is _MISSING:
+                            store.set(category, key, value)
+        if GlobalTrainingStatus._bound:
+            previous.close()
+        GlobalTrainingStatus._store = store
+        GlobalTrainingStatus._bound = True

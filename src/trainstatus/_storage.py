@@ -1,0 +1,303 @@
+"""Where the document lives, behind one seam.
+
+The store only needs: read the document (remembering which version it read), tell whether the
+stored version changed since, replace it, lock it, keep a damaged one aside, and clear leftovers of
+killed writers. ``LocalFile`` is the implementation for a path on a local filesystem; ``Memory``
+holds the document in the process (the ML-Agents drop-in before it is bound to a path). An object
+store would implement the same seam with conditional writes instead of a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno as errno_codes
+import logging
+import os
+import stat
+import weakref
+from typing import ContextManager
+
+from . import _atomic, _locking
+from ._errors import TrainingStatusReadError, TrainingStatusWriteError
+
+__all__ = ["LocalFile", "Memory", "Storage", "default_file_mode"]
+
+logger = logging.getLogger("trainstatus")
+
+
+class Storage:
+    """The seam between the store and where its document is kept."""
+
+    location: str
+
+    def read(self) -> bytes | None:
+        """The stored document's bytes, or None when there is none; remembers this version."""
+        raise NotImplementedError
+
+    def changed(self) -> bool:
+        """Whether the stored version differs from the one last read or written."""
+        raise NotImplementedError
+
+    def replace(self, data: bytes) -> None:
+        """Replace the stored document (the caller holds ``lock``); remembers the new version."""
+        raise NotImplementedError
+
+    def lock(self, timeout: float | None) -> ContextManager[None]:
+        """Exclude every other writer of this document while held; reentrant per thread."""
+        raise NotImplementedError
+
+    def move_aside(self) -> str:
+        """Keep the stored document, byte for byte, under a new name; return that name."""
+        raise NotImplementedError
+
+    def leftovers(self) -> list[str]:
+        """What killed writers may have left behind (stale unless a writer holds the lock)."""
+        return []
+
+    def cleanup(self) -> None:
+        """Remove ``leftovers()`` (called with ``lock`` held, when nobody can be writing)."""
+
+    def close(self) -> None:
+        """Release what this object holds open."""
+
+
+class Memory(Storage):
+    """A document kept in this process only: nothing survives the process."""
+
+    location = "<memory>"
+
+    def __init__(self) -> None:
+        self._data: bytes | None = None
+
+    def read(self) -> bytes | None:
+        return self._data
+
+    def changed(self) -> bool:
+        return False
+
+    def replace(self, data: bytes) -> None:
+        self._data = data
+
+    def lock(self, timeout: float | None) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def move_aside(self) -> str:  # pragma: no cover - a document this store wrote is never damaged
+        raise NotImplementedError
+
+
+def default_file_mode() -> int:
+    """0666 under the process umask: what ``open(path, "w")`` would give a new file."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    # No /proc: the only portable read of the umask sets it, briefly, for the whole process.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+class _Pin:
+    """An open descriptor on the file version last read or written (see ``write_atomic``)."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+    def set(self, fd: int | None) -> None:
+        old, self.fd = self.fd, fd
+        if old is not None:
+            try:
+                os.close(old)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.set(None)
+
+
+def _version(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class LocalFile(Storage):
+    """A JSON file on a local filesystem, locked with ``filelock`` on ``<file>.lock``."""
+
+    def __init__(self, path: str, *, durable: bool) -> None:
+        self.location = path
+        # A status file that is a symlink is followed: the target is replaced in its own
+        # directory and the link is kept, so a run folder may point at shared storage.
+        self._target = os.path.realpath(path)
+        self._directory, self._name = os.path.split(self._target)
+        self._durable = durable
+        self._temp_pattern = _atomic.temp_pattern(self._name)
+        self._version: tuple[int, int, int, int] | None = None
+        self._mode: int | None = None
+        self._pin = _Pin()
+        weakref.finalize(self, self._pin.close)
+        self._lock_generation = -1
+        self._path_lock: _locking.PathLock | None = None
+        self._directory_ready = False
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    @property
+    def lock_path(self) -> str:
+        return self._target + ".lock"
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self) -> bytes | None:
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self._target, flags)
+        except FileNotFoundError:
+            self._remember(None, None)
+            return None
+        except OSError as exc:
+            raise self._read_error(exc) from exc
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise TrainingStatusReadError(
+                    f"Cannot read {self.location}: it is a directory, not a status file. Move the "
+                    "directory away or open the store on another path.",
+                    path=self.location,
+                )
+            chunks = []
+            while True:
+                chunk = os.read(fd, max(st.st_size + 1, 65536))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except OSError as exc:
+            os.close(fd)
+            raise self._read_error(exc) from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        self._remember(fd, st)
+        return b"".join(chunks)
+
+    def _read_error(self, exc: OSError) -> TrainingStatusReadError:
+        return TrainingStatusReadError(
+            f"Cannot read {self.location}: {exc.strerror or exc}. The file was left as it is; fix "
+            "its permissions or path and open the store again.",
+            path=self.location,
+        )
+
+    def _remember(self, fd: int | None, st: os.stat_result | None) -> None:
+        self._pin.set(fd)
+        self._version = None if st is None else _version(st)
+        self._mode = None if st is None else st.st_mode
+
+    def changed(self) -> bool:
+        try:
+            st = os.stat(self._target)
+        except FileNotFoundError:
+            return self._version is not None
+        except OSError:
+            return True  # let the read that follows report it
+        self._mode = st.st_mode  # a chmod since our last write is kept by the next one
+        return _version(st) != self._version
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def lock(self, timeout: float | None) -> ContextManager[None]:
+        if self._lock_generation != _locking.generation or self._path_lock is None:
+            self._path_lock = _locking.lock_for(self.lock_path)
+            self._lock_generation = _locking.generation
+        self._ensure_directory()
+        return self._path_lock.hold(timeout, path=self.location)
+
+    def _ensure_directory(self) -> None:
+        if self._directory_ready:
+            return
+        try:
+            _atomic.ensure_directory(self._directory, durable=self._durable)
+        except OSError as exc:
+            raise self._write_error(exc, "creating its directory") from exc
+        self._directory_ready = True
+
+    def replace(self, data: bytes) -> None:
+        mode = self._mode if self._version is not None and self._mode is not None else default_file_mode()
+        try:
+            fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode)
+        except _atomic.ReplacedNotSynced as exc:
+            self._remember(exc.fd, exc.st)
+            error = self._write_error(exc.cause, "syncing its directory")
+            error._replaced = True  # type: ignore[attr-defined]  # tells the store the file changed
+            raise error from exc.cause
+        except OSError as exc:
+            if exc.errno == errno_codes.ENOENT and not os.path.isdir(self._directory):
+                self._directory_ready = False  # removed under us: recreated on the next write
+            raise self._write_error(exc, "writing it") from exc
+        self._remember(fd, st)
+        logger.debug("wrote %s (%d bytes)", self.location, len(data))
+
+    def _write_error(self, exc: OSError, step: str) -> TrainingStatusWriteError:
+        what = {
+            errno_codes.ENOSPC: "the disk is full; free some space",
+            errno_codes.EDQUOT: "the disk quota is exhausted; free some space or raise the quota",
+            errno_codes.EROFS: "the filesystem is read-only; remount it writable or use another path",
+            errno_codes.EACCES: "permission denied; fix the permissions of the directory",
+            errno_codes.EPERM: "operation not permitted; fix the permissions of the directory",
+        }.get(exc.errno or 0, "check the disk and the path")
+        if step == "syncing its directory":
+            outcome = "The new content is in the file but may not survive a power loss"
+        else:
+            outcome = "The file was left as it was"
+        return TrainingStatusWriteError(
+            f"Could not save {self.location} ({step}): {exc.strerror or exc}. {outcome}; "
+            f"{what}, then set the value again.",
+            path=self.location,
+            errno=exc.errno,
+        )
+
+    def move_aside(self) -> str:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        base = f"{self._target}.corrupt-{stamp}"
+        aside, n = base, 0
+        while True:
+            try:
+                # A hard link first, so the damaged bytes always have a name: a crash between
+                # the two steps leaves two names, never none.
+                os.link(self._target, aside, follow_symlinks=False)
+                break
+            except FileExistsError:
+                n += 1
+                aside = f"{base}-{n}"
+            except OSError as exc:
+                if exc.errno in (errno_codes.EPERM, errno_codes.ENOTSUP, errno_codes.EXDEV, errno_codes.EMLINK):
+                    if not os.path.lexists(aside):  # no hard links here: a rename keeps it as well
+                        os.rename(self._target, aside)
+                        break
+                raise
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._target)
+        if self._durable:
+            _atomic.sync_directory(self._directory)
+        self._remember(None, None)
+        logger.debug("moved damaged %s aside to %s", self.location, aside)
+        return aside
+
+    def leftovers(self) -> list[str]:
+        try:
+            with os.scandir(self._directory) as it:
+                return [e.path for e in it if self._temp_pattern.fullmatch(e.name)]
+        except OSError:
+            return []
+
+    def cleanup(self) -> None:
+        for temp in self.leftovers():
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+                logger.debug("removed a temp file left by a killed writer: %s", temp)
+
+    def close(self) -> None:
+        self._pin.close()

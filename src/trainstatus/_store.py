@@ -1,0 +1,499 @@
+"""The store: the document in memory, written through to storage on every change.
+
+Memory model. ``_doc`` is the document as this store last read or wrote it (category -> key ->
+``Entry``); it is never mutated, only replaced, so ``get`` reads it without a lock and never sees
+half of a change. ``_pending`` holds changes not yet written: one key for a plain ``set``, many
+inside a transaction. A write, under the lock: if the stored file changed since ``_doc`` was taken
+(another process or store wrote it), re-read it into ``_doc``; lay ``_pending`` over it key by key;
+write that; make it the new ``_doc``. If the write fails, ``_doc`` still is what is on disk and the
+pending change is dropped, so memory always matches the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from . import _locking
+from ._codec import Entry, decode, encode_loaded, encode_value, render
+from ._errors import (
+    TrainingStatusCorruptError,
+    TrainingStatusCorruptWarning,
+    TrainingStatusError,
+    TrainingStatusLockTimeout,
+    TrainingStatusMissingWarning,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
+    TrainingStatusVersionError,
+    TrainingStatusWriteError,
+    warn,
+)
+from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
+from ._storage import LocalFile, Storage
+from ._version import __version__
+
+__all__ = ["StatusStore"]
+
+logger = logging.getLogger("trainstatus")
+
+_Name = str | enum.Enum
+_OWN_METADATA = ("stats_format_version", "trainstatus_version")
+_live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
+
+
+def _name(value: Any, what: str, location: str) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, str):
+        return str(value)
+    raise TrainingStatusTypeError(
+        f"A {what} must be a str or an Enum whose value is a str, not {type(value).__name__!r} "
+        f"({value!r}), in {location}.",
+        path=location,
+    )
+
+
+def _apply(document: Mapping[str, dict[str, Entry]], pending: Mapping[tuple[str, str], Entry | None]) -> dict[str, dict[str, Entry]]:
+    """``document`` with ``pending`` laid over it, copying only the categories it touches.
+
+    A category whose last key is deleted goes too; one that was empty on disk is left alone.
+    """
+    result = dict(document)
+    touched: dict[str, dict[str, Entry]] = {}
+    for (category, key), entry in pending.items():
+        entries = touched.get(category)
+        if entries is None:
+            entries = touched[category] = dict(result.get(category, {}))
+            result[category] = entries
+        if entry is None:
+            entries.pop(key, None)
+        else:
+            entries[key] = entry
+    for category, entries in touched.items():
+        if not entries:
+            del result[category]
+    return result
+
+
+class StatusStore:
+    """A training status file kept on disk the moment it changes.
+
+    ``StatusStore(path)`` opens (or prepares to create) the JSON document at ``path``: category
+    (a behavior or environment-parameter name) -> key -> JSON value, plus a ``"metadata"`` block,
+    in the layout of ML-Agents' ``training_status.json``. Every ``set`` and ``delete`` rewrites the
+    file atomically (temp file, fsync, rename, directory fsync) under a lock before returning.
+
+    Options:
+
+    - ``resume``: the caller is resuming a run, so a missing file is worth a
+      ``TrainingStatusMissingWarning``. A fresh run (the default) starts empty silently.
+    - ``durable``: fsync the file and its directory on each write (the default). ``False`` keeps
+      writes atomic (safe when the process is killed) but not safe against power loss.
+    - ``lock_timeout``: seconds to wait for the lock before ``TrainingStatusLockTimeout``; ``None``
+      waits forever.
+    - ``metadata``: extra fields for the metadata block (e.g. ``{"torch_version": ...}``); a file
+      written with different values of these fields gets a ``TrainingStatusVersionWarning``.
+    - ``strict``: raise ``TrainingStatusCorruptError`` on a damaged file instead of keeping it
+      aside and starting empty.
+    - ``allow_downgrade``: let this version rewrite a file of a newer format (dropping its new
+      format version); without it such a write raises ``TrainingStatusVersionError``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        /,
+        *,
+        resume: bool = False,
+        durable: bool = True,
+        lock_timeout: float | None = 30.0,
+        metadata: Mapping[str, Any] | None = None,
+        strict: bool = False,
+        allow_downgrade: bool = False,
+    ) -> None:
+        location = os.path.abspath(os.fspath(path))
+        self._init(LocalFile(location, durable=durable), resume=resume, lock_timeout=lock_timeout,
+                   metadata=metadata, strict=strict, allow_downgrade=allow_downgrade)
+
+    @classmethod
+    def _on_storage(cls, storage: Storage, **options: Any) -> StatusStore:
+        store = cls.__new__(cls)
+        store._init(storage, **options)
+        return store
+
+    def _init(
+        self,
+        storage: Storage,
+        *,
+        resume: bool = False,
+        lock_timeout: float | None = 30.0,
+        metadata: Mapping[str, Any] | None = None,
+        strict: bool = False,
+        allow_downgrade: bool = False,
+    ) -> None:
+        if lock_timeout is not None and not lock_timeout >= 0:
+            raise ValueError(f"lock_timeout must be a number of seconds >= 0 or None, not {lock_timeout!r}")
+        self._storage = storage
+        self._location = storage.location
+        self._resume = resume
+        self._lock_timeout = lock_timeout
+        self._strict = strict
+        self._allow_downgrade = allow_downgrade
+        self._mutex = threading.RLock()
+        self._pending: dict[tuple[str, str], Entry | None] = {}
+        self._save_requested = False
+        self._tx_depth = 0
+        self._tx_owner: int | None = None
+        self._tx_generation = _locking.generation
+        self._forked_in_transaction = False
+        self._closed = False
+        self._cleaned = False
+        self._own_metadata = self._metadata_entries(metadata or {})
+        self._doc: dict[str, dict[str, Entry]] = {}
+        self._meta: dict[str, Entry] = {}
+        self._newer_format: str | None = None
+        self._load(initial=True, locked=False)
+        self._clean_leftovers_at_open()
+        _live_stores.add(self)
+
+    def _metadata_entries(self, metadata: Mapping[str, Any]) -> dict[str, Entry]:
+        entries = {
+            "stats_format_version": encode_loaded(STATUS_FORMAT_VERSION),
+            "trainstatus_version": encode_loaded(__version__),
+        }
+        for field, value in metadata.items():
+            name = _name(field, "metadata field", self._location)
+            if name in _OWN_METADATA:
+                raise TrainingStatusValueError(
+                    f"The metadata field {name!r} is written by trainstatus itself and cannot be "
+                    f"given for {self._location}; leave it out of metadata=.",
+                    path=self._location, category=METADATA, key=name,
+                )
+            entries[name] = encode_value(value, path=self._location, category=METADATA, key=name)
+        return entries
+
+    # -- public API --------------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the status file, as given (a symlink is not resolved here)."""
+        return self._location
+
+    def get(self, category: _Name, key: _Name, default: Any = None, /) -> Any:
+        """The value at ``category``/``key``, or ``default``; a copy, read from memory only.
+
+        Mutating what is returned changes nothing in the store: ``set`` is the only way in. The
+        metadata block can be read as category ``"metadata"``. Values written by other processes
+        are seen after the next write, ``transaction()`` or ``reload()`` of this store.
+        """
+        entry = self._lookup(_name(category, "category", self._location), _name(key, "key", self._location))
+        return default if entry is None else decode(entry)
+
+    def set(self, category: _Name, key: _Name, value: Any, /) -> None:
+        """Store ``value`` at ``category``/``key`` and write the file before returning.
+
+        Values: dicts with str keys, lists, tuples, str, int (64-bit), float (NaN and infinities
+        included), bool, None, dataclasses, enums, datetimes, UUIDs, numpy arrays and scalars.
+        Anything else raises ``TrainingStatusTypeError`` before anything is written.
+        """
+        category_name, key_name = self._writable(category, key)
+        entry = encode_value(value, path=self._location, category=category_name, key=key_name)
+        with self._guard():
+            self._pending[(category_name, key_name)] = entry
+            if self._tx_depth:
+                return
+            try:
+                self._commit()
+            finally:
+                self._pending.clear()
+
+    def delete(self, category: _Name, key: _Name, /) -> bool:
+        """Remove ``category``/``key`` and write the file; False (and no write) if it was absent.
+
+        A category whose last key is deleted is removed too.
+        """
+        category_name, key_name = self._writable(category, key)
+        with self.transaction():
+            if self._lookup(category_name, key_name) is None:
+                return False
+            self._pending[(category_name, key_name)] = None
+            return True
+
+    def clear(self) -> None:
+        """Remove every category in one write; the metadata block stays."""
+        with self.transaction():
+            for category, entries in self._view().items():
+                for key in entries:
+                    self._pending[(category, key)] = None
+
+    def save(self) -> None:
+        """Write the whole document now, even if nothing changed (creates a missing file).
+
+        Inside a transaction, the transaction's final write does it.
+        """
+        with self._guard():
+            self._save_requested = True
+            if self._tx_depth:
+                return
+            try:
+                self._commit()
+            finally:
+                self._save_requested = False
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[StatusStore]:
+        """Group changes into one write, atomic with respect to other writers.
+
+        The lock is held for the whole body, after first picking up what other processes wrote,
+        so a read-modify-write inside it (an increment) is safe across processes. ``get``, ``set``
+        and ``delete`` of this store from this thread join it; other threads wait. The file is
+        written once, at the end. An exception inside writes nothing and leaves memory as it was.
+        Transactions nest; only the outermost writes.
+        """
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._guard())
+            outer = self._tx_depth == 0
+            if outer:
+                stack.enter_context(self._storage.lock(self._lock_timeout))
+                self._sync()
+                self._tx_owner = threading.get_ident()
+                self._tx_generation = _locking.generation
+                stack.callback(self._end_transaction)
+            savepoint = dict(self._pending)
+            self._tx_depth += 1
+            try:
+                yield self
+            except BaseException:
+                self._pending = savepoint
+                raise
+            finally:
+                self._tx_depth -= 1
+            if outer and (self._pending or self._save_requested):
+                if self._tx_generation != _locking.generation:
+                    raise TrainingStatusError(
+                        f"A transaction on {self._location} was opened before this process was "
+                        "forked; it is not committed in the child. Open a new StatusStore in the "
+                        "child and redo the changes there.",
+                        path=self._location,
+                    )
+                self._commit()
+
+    def reload(self) -> None:
+        """Read the file again if another writer changed it (no write, no lock held after)."""
+        with self._guard():
+            if self._storage.changed():
+                self._load(initial=False, locked=False)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The whole document as a plain dict (a copy), metadata block last."""
+        result = {category: {key: decode(entry) for key, entry in entries.items()}
+                  for category, entries in self._view().items()}
+        result[METADATA] = {key: decode(entry) for key, entry in self._meta.items()}
+        return result
+
+    def close(self) -> None:
+        """Release the file handle this store keeps; later writes raise. ``get`` still works."""
+        with self._guard():
+            self._closed = True
+            self._storage.close()
+
+    def __enter__(self) -> StatusStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StatusStore({self._location!r})"
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _lookup(self, category: str, key: str) -> Entry | None:
+        if self._pending and self._tx_owner == threading.get_ident():
+            if (category, key) in self._pending:
+                return self._pending[(category, key)]
+        if category == METADATA:
+            return self._meta.get(key)
+        entries = self._doc.get(category)
+        return None if entries is None else entries.get(key)
+
+    def _view(self) -> dict[str, dict[str, Entry]]:
+        if self._pending and self._tx_owner == threading.get_ident():
+            return _apply(self._doc, self._pending)
+        return self._doc
+
+    def _load(self, *, initial: bool, locked: bool) -> None:
+        data = self._storage.read()
+        if data is None:
+            if not initial:
+                # Removed under us (by hand, or kept aside as damaged by another store): what this
+                # store last knew is the best state there is; the next write puts it back.
+                logger.debug("%s disappeared; keeping what this store knew", self._location)
+                return
+            if self._resume:
+                warn(TrainingStatusMissingWarning(
+                    f"Resuming, but there is no status file at {self._location}: curriculum "
+                    "lessons, kept checkpoints and ELO start from scratch. Check the run folder, or "
+                    "open without resume=True for a new run.",
+                    path=self._location,
+                ))
+            self._install(Document({}, None))
+            return
+        try:
+            document = load_document(data)
+        except Corrupt as exc:
+            self._damaged(exc.reason, initial=initial, locked=locked)
+            return
+        if initial:
+            check_metadata(document.metadata, self._registered_metadata(), location=self._location)
+        self._install(document)
+
+    def _registered_metadata(self) -> dict[str, Any]:
+        return {k: decode(e) for k, e in self._own_metadata.items() if k not in _OWN_METADATA}
+
+    def _install(self, document: Document) -> None:
+        found = None if document.metadata is None else document.metadata.get("stats_format_version")
+        self._newer_format = str(found) if is_newer_format(found) else None
+        meta = {key: encode_loaded(value) for key, value in (document.metadata or {}).items()}
+        meta.update(self._own_metadata)
+        self._meta = meta
+        self._doc = document.categories
+
+    def _damaged(self, reason: str, *, initial: bool, locked: bool) -> None:
+        if self._strict:
+            raise TrainingStatusCorruptError(
+                f"{self._location} is damaged: {reason}. It was left untouched because the store "
+                "was opened with strict=True; repair or remove it, or open without strict to keep "
+                "it aside and start empty.",
+                path=self._location,
+            )
+        if not locked:
+            # Keep it aside under the lock, after reading again: another process may have moved
+            # or rewritten it meanwhile.
+            with self._storage.lock(self._lock_timeout):
+                self._load(initial=initial, locked=True)
+            return
+        moved = self._storage.move_aside()
+        if initial:
+            outcome = "the store starts empty"
+        else:
+            outcome = "the next write puts back what this store last read or wrote"
+        warn(TrainingStatusCorruptWarning(
+            f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved} and "
+            f"{outcome}. Inspect that file to recover anything newer.",
+            path=self._location,
+            moved_to=moved,
+        ))
+        if initial:
+            self._install(Document({}, None))
+        # Otherwise keep _doc: the last good state this store knew beats an empty document.
+
+    def _clean_leftovers_at_open(self) -> None:
+        if not self._storage.leftovers():
+            return
+        # A live writer holds the lock while its temp file exists: only clean when nobody does.
+        with contextlib.suppress(TrainingStatusLockTimeout), self._storage.lock(0):
+            self._storage.cleanup()
+            self._cleaned = True
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _writable(self, category: _Name, key: _Name) -> tuple[str, str]:
+        category_name = _name(category, "category", self._location)
+        key_name = _name(key, "key", self._location)
+        if category_name == METADATA:
+            raise TrainingStatusValueError(
+                f"Cannot change {METADATA}/{key_name} in {self._location}: the category "
+                f"{METADATA!r} is reserved for the metadata block. Pass metadata={{...}} when opening "
+                "the store to add fields to it.",
+                path=self._location, category=METADATA, key=key_name,
+            )
+        return category_name, key_name
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        timeout = -1 if self._lock_timeout is None else self._lock_timeout
+        if not self._mutex.acquire(timeout=timeout):
+            raise TrainingStatusLockTimeout(
+                f"Could not use {self._location} within {self._lock_timeout} s: another thread of "
+                "this process holds a transaction on this store. Let it finish, or open the store "
+                "with a longer lock_timeout=.",
+                path=self._location,
+            )
+        try:
+            if self._closed:
+                raise TrainingStatusError(
+                    f"The store on {self._location} is closed; open a new StatusStore to change it.",
+                    path=self._location,
+                )
+            if self._forked_in_transaction:
+                raise TrainingStatusError(
+                    f"This StatusStore on {self._location} was inside a transaction when the "
+                    "process forked, so it cannot be used in the child; open a new StatusStore here.",
+                    path=self._location,
+                )
+            yield
+        finally:
+            self._mutex.release()
+
+    def _end_transaction(self) -> None:
+        self._pending.clear()
+        self._save_requested = False
+        self._tx_owner = None
+
+    def _sync(self) -> None:
+        """With the lock held: pick up a file another writer changed since we last saw it."""
+        if self._storage.changed():
+            logger.debug("%s changed on disk; merging", self._location)
+            self._load(initial=False, locked=True)
+            self._storage.cleanup()  # a change we did not make: its writer may have died since
+
+    def _commit(self) -> None:
+        """Write ``_doc`` with ``_pending`` laid over it (guard held; lock taken if not held)."""
+        with self._storage.lock(self._lock_timeout):
+            self._sync()
+            if not self._cleaned:
+                self._storage.cleanup()
+                self._cleaned = True
+            if self._newer_format is not None and not self._allow_downgrade:
+                raise TrainingStatusVersionError(
+                    f"Refusing to write {self._location}: it has format version "
+                    f"{self._newer_format!r}, newer than the {STATUS_FORMAT_VERSION!r} this "
+                    "trainstatus writes, and rewriting it would drop what this version does not "
+                    "understand. Upgrade trainstatus, or open the store with allow_downgrade=True "
+                    f"to rewrite it in format {STATUS_FORMAT_VERSION}.",
+                    path=self._location,
+                    found_version=self._newer_format,
+                )
+            document = _apply(self._doc, self._pending)
+            data = render({**document, METADATA: self._meta})
+            try:
+                self._storage.replace(data)
+            except TrainingStatusWriteError as exc:
+                if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
+                    self._doc = document
+                raise
+            self._doc = document
+
+    def _after_fork_in_child(self) -> None:
+        if self._tx_depth:
+            self._forked_in_transaction = True
+        else:
+            self._mutex = threading.RLock()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_live_stores):
+        store._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
