@@ -169,7 +169,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def warn(warning: TrainingStatusWarning) -> None:
     """Issue ``warning`` at the first caller outside this package, so it points at user code."""
-    level = 1
+    level = 2  # warnings.warn's stacklevel 2 is our caller, the frame we start from
     frame = sys._getframe(1)
     while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
         frame = frame.f_back  # type: ignore[assignment]

@@ -25,7 +25,7 @@ from typing import Any
 
 import filelock
 
-from ._errors import TrainingStatusLockTimeout
+from ._errors import TrainingStatusLockTimeout, TrainingStatusWriteError
 
 __all__ = ["PathLock", "generation", "lock_for"]
 
@@ -51,6 +51,14 @@ class PathLock:
                     self._file_lock.acquire(timeout=remaining)
                 except filelock.Timeout as exc:
                     raise self._timeout(timeout, path, exc) from exc
+                except OSError as exc:  # cannot create or open the lock file
+                    raise TrainingStatusWriteError(
+                        f"Could not lock {path}: cannot open the lock file {self.lock_path}: "
+                        f"{exc.strerror or exc}. Nothing was written; make its directory writable.",
+                        path=path,
+                        lock_file=self.lock_path,
+                        errno=exc.errno,
+                    ) from exc
             self._depth += 1
             try:
                 yield

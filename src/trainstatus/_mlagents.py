@@ -101,11 +101,13 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
     when resuming (a missing file warns), ``start_fresh(path)`` when starting a new run, or
     ``save_state(path)``; from then on every ``set_parameter_state`` is written to that file
     before it returns. Keyword options of those three calls are passed to ``StatusStore``
-    (``metadata=``, ``durable=``, ``lock_timeout=``, ``strict=``...).
+    (``metadata=``, ``durable=``, ``lock_timeout=``, ``strict=``...); options not given again
+    are those of the previous binding (``reset()`` forgets them).
     """
 
     _store: StatusStore = _memory_store()
     _bound: bool = False
+    _options: dict[str, Any] = {}  # StatusStore options of the last binding, reused by the next
     _mutex = threading.RLock()
 
     @staticmethod
@@ -120,17 +122,23 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
         Values set before binding that the file does not hold are kept and written to it.
         """
         with GlobalTrainingStatus._mutex:
+            options = {**GlobalTrainingStatus._options, **options}
             store = StatusStore(path, resume=True, **options)
-            GlobalTrainingStatus._bind(store, keep="missing")
+            if _carries_values(GlobalTrainingStatus._store):
+                with store.transaction():
+                    _carry_over(GlobalTrainingStatus._store, store, replace=False)
+            GlobalTrainingStatus._install(store, options)
 
     @staticmethod
     def start_fresh(path: str | os.PathLike[str], *, overwrite: bool = False, **options: Any) -> None:
         """Start a new run writing to ``path``; bind to it.
 
         A file that already holds a status is an error unless ``overwrite=True`` (then its
-        categories are removed in one write): resume it with ``load_state`` instead.
+        categories are removed, in the same write as the values set before binding): resume it
+        with ``load_state`` instead. Nothing is written until there is something to write.
         """
         with GlobalTrainingStatus._mutex:
+            options = {**GlobalTrainingStatus._options, **options}
             store = StatusStore(path, **options)
             existing = [c for c in store.to_dict() if c != StatusType.STATS_METADATA.value]
             if existing and not overwrite:
@@ -142,25 +150,31 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
                     "to replace it.",
                     path=store.path,
                 )
-            store.clear()
-            GlobalTrainingStatus._bind(store, keep="all")
+            if existing or _carries_values(GlobalTrainingStatus._store):
+                with store.transaction():
+                    store.clear()
+                    _carry_over(GlobalTrainingStatus._store, store, replace=True)
+            GlobalTrainingStatus._install(store, options)
 
     @staticmethod
     def save_state(path: str | os.PathLike[str], **options: Any) -> None:
         """Write the whole status to ``path`` now and bind to it (ML-Agents calls this at exit).
 
         Already bound to ``path``: the file is rewritten as it stands (nothing else changes).
-        Otherwise the file at ``path`` is replaced by the current status.
+        Otherwise the file at ``path`` is replaced, in one write, by the current status.
         """
         with GlobalTrainingStatus._mutex:
             current = GlobalTrainingStatus._store
             if GlobalTrainingStatus._bound and os.path.realpath(current.path) == os.path.realpath(path):
                 current.save()
                 return
+            options = {**GlobalTrainingStatus._options, **options}
             store = StatusStore(path, **options)
-            store.clear()
-            GlobalTrainingStatus._bind(store, keep="all")
-            store.save()
+            with store.transaction():
+                store.clear()
+                _carry_over(current, store, replace=True)
+                store.save()
+            GlobalTrainingStatus._install(store, options)
 
     @staticmethod
     def set_parameter_state(category: str, key: StatusType | str, value: Any) -> None:
@@ -180,20 +194,26 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
                 GlobalTrainingStatus._store.close()
             GlobalTrainingStatus._store = _memory_store()
             GlobalTrainingStatus._bound = False
+            GlobalTrainingStatus._options = {}
 
     @staticmethod
-    def _bind(store: StatusStore, *, keep: str) -> None:
-        """Make ``store`` the global one, carrying over the values held so far."""
-        previous = GlobalTrainingStatus._store
-        held = previous.to_dict()
-        held.pop(StatusType.STATS_METADATA.value, None)
-        if held:
-            with store.transaction():
-                for category, entries in held.items():
-                    for key, value in entries.items():
-                        if keep == "all" or store.get(category, key, _MISSING) is _MISSING:
-                            store.set(category, key, value)
+    def _install(store: StatusStore, options: dict[str, Any]) -> None:
+        GlobalTrainingStatus._options = options
         if GlobalTrainingStatus._bound:
-            previous.close()
+            GlobalTrainingStatus._store.close()
         GlobalTrainingStatus._store = store
         GlobalTrainingStatus._bound = True
+
+
+def _carries_values(store: StatusStore) -> bool:
+    return any(c != StatusType.STATS_METADATA.value for c in store.to_dict())
+
+
+def _carry_over(source: StatusStore, target: StatusStore, *, replace: bool) -> None:
+    """Set ``source``'s values in ``target`` (inside the caller's transaction)."""
+    held = source.to_dict()
+    held.pop(StatusType.STATS_METADATA.value, None)
+    for category, entries in held.items():
+        for key, value in entries.items():
+            if replace or target.get(category, key, _MISSING) is _MISSING:
+                target.set(category, key, value)

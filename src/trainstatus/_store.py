@@ -150,6 +150,7 @@ class StatusStore:
         self._mutex = threading.RLock()
         self._pending: dict[tuple[str, str], Entry | None] = {}
         self._save_requested = False
+        self._fresh_metadata = False  # clear() pending: write only this store's own metadata
         self._tx_depth = 0
         self._tx_owner: int | None = None
         self._tx_generation = _locking.generation
@@ -228,8 +229,13 @@ class StatusStore:
             return True
 
     def clear(self) -> None:
-        """Remove every category in one write; the metadata block stays."""
+        """Start the document over, in one write: every category goes.
+
+        The metadata block is rewritten with this store's own fields only (format version,
+        trainstatus version, ``metadata=``), dropping fields a previous writer left there.
+        """
         with self.transaction():
+            self._fresh_metadata = True
             for category, entries in self._view().items():
                 for key in entries:
                     self._pending[(category, key)] = None
@@ -267,16 +273,16 @@ class StatusStore:
                 self._tx_owner = threading.get_ident()
                 self._tx_generation = _locking.generation
                 stack.callback(self._end_transaction)
-            savepoint = dict(self._pending)
+            savepoint = (dict(self._pending), self._save_requested, self._fresh_metadata)
             self._tx_depth += 1
             try:
                 yield self
             except BaseException:
-                self._pending = savepoint
+                self._pending, self._save_requested, self._fresh_metadata = savepoint
                 raise
             finally:
                 self._tx_depth -= 1
-            if outer and (self._pending or self._save_requested):
+            if outer and (self._pending or self._save_requested or self._fresh_metadata):
                 if self._tx_generation != _locking.generation:
                     raise TrainingStatusError(
                         f"A transaction on {self._location} was opened before this process was "
@@ -381,7 +387,15 @@ class StatusStore:
             with self._storage.lock(self._lock_timeout):
                 self._load(initial=initial, locked=True)
             return
-        moved = self._storage.move_aside()
+        try:
+            moved = self._storage.move_aside()
+        except OSError as exc:
+            raise TrainingStatusCorruptError(
+                f"{self._location} is damaged ({reason}) and could not be kept aside: "
+                f"{exc.strerror or exc}. It was left untouched; make its directory writable or "
+                "move the file away by hand, then open the store again.",
+                path=self._location,
+            ) from exc
         if initial:
             outcome = "the store starts empty"
         else:
@@ -400,7 +414,8 @@ class StatusStore:
         if not self._storage.leftovers():
             return
         # A live writer holds the lock while its temp file exists: only clean when nobody does.
-        with contextlib.suppress(TrainingStatusLockTimeout), self._storage.lock(0):
+        # A lock that cannot even be taken (read-only directory) only means: clean later.
+        with contextlib.suppress(TrainingStatusLockTimeout, TrainingStatusWriteError), self._storage.lock(0):
             self._storage.cleanup()
             self._cleaned = True
 
@@ -447,6 +462,7 @@ class StatusStore:
     def _end_transaction(self) -> None:
         self._pending.clear()
         self._save_requested = False
+        self._fresh_metadata = False
         self._tx_owner = None
 
     def _sync(self) -> None:
@@ -474,14 +490,15 @@ class StatusStore:
                     found_version=self._newer_format,
                 )
             document = _apply(self._doc, self._pending)
-            data = render({**document, METADATA: self._meta})
+            meta = dict(self._own_metadata) if self._fresh_metadata else self._meta
+            data = render({**document, METADATA: meta})
             try:
                 self._storage.replace(data)
             except TrainingStatusWriteError as exc:
                 if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
-                    self._doc = document
+                    self._doc, self._meta = document, meta
                 raise
-            self._doc = document
+            self._doc, self._meta = document, meta
 
     def _after_fork_in_child(self) -> None:
         if self._tx_depth:

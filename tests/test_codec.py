@@ -1,0 +1,519 @@
+"""The codec: what values round-trip (in memory and through a real file), what is refused and how,
+and the file layout ``render`` produces."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import enum
+import json
+import math
+import os
+import pathlib
+import tempfile
+import uuid
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainstatus import StatusStore, TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
+from trainstatus._codec import Entry, decode, encode_value, render
+
+NAN = float("nan")
+INF = float("inf")
+FAKE_PATH = "/runs/r1/training_status.json"
+DEFAULT_HINT = "store a dict with str keys, a list, str, int, float, bool or None instead"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of plain JSON values: NaN equals NaN, types and the sign of zero count,
+    and so does the order of dict keys."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        if math.isnan(a):
+            return math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def enc(value: Any, category: str = "x", key: str = "y", path: str = FAKE_PATH) -> Entry:
+    return encode_value(value, path=path, category=category, key=key)
+
+
+def codec_round_trip(value: Any) -> Any:
+    return decode(enc(value))
+
+
+def store_round_trip(directory: str | os.PathLike[str], value: Any, **options: Any) -> Any:
+    """set -> a fresh StatusStore on the same file -> get; checks the writing store agrees."""
+    target = os.path.join(os.fspath(directory), "status.json")
+    with StatusStore(target, **options) as writer:
+        writer.set("cat", "key", value)
+        in_memory = writer.get("cat", "key")
+    with StatusStore(target, **options) as reader:
+        from_disk = reader.get("cat", "key")
+    assert same(in_memory, from_disk), (in_memory, from_disk)
+    with open(target, "rb") as f:
+        parsed = json.loads(f.read())  # Python's json reads every file we write
+    assert same(parsed["cat"]["key"], from_disk)
+    return from_disk
+
+
+def listing(directory: pathlib.Path) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def nested_lists(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def nested_dicts(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+# -- supported values ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    steps: int
+    reward: float
+    tags: tuple[str, ...] = ("best",)
+    _private: str = "left out"
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    checkpoints: list[Checkpoint]
+    _cache: dict[str, int] = dataclasses.field(default_factory=lambda: {"hidden": 1})
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    COUNT = 7
+    WEIRD = NAN
+
+
+class Level(enum.IntEnum):
+    HARD = 3
+
+
+class StrName(str, enum.Enum):
+    WALKER = "Walker"
+
+
+class MyFloat(float):
+    pass
+
+
+TRICKY_TEXT = 'h\u00e9llo\n"quoted" \\ back\tslash \u65e5\u672c \U0001F600 \u2028 \x00 \x7f null NaN'
+
+ROUND_TRIPS: list[tuple[str, Any, Any]] = [
+    ("none", None, None),
+    ("true", True, True),
+    ("false", False, False),
+    ("zero", 0, 0),
+    ("int_min", -(2**63), -(2**63)),
+    ("uint_max", 2**64 - 1, 2**64 - 1),
+    ("ints_nested", {"a": [-(2**63), 2**64 - 1]}, {"a": [-(2**63), 2**64 - 1]}),
+    ("ints_next_to_nan", [2**64 - 1, NAN, -(2**63)], [2**64 - 1, NAN, -(2**63)]),
+    ("float", 0.1, 0.1),
+    ("negative_zero", -0.0, -0.0),
+    ("negative_zero_next_to_nan", [-0.0, NAN], [-0.0, NAN]),
+    ("huge", 1e300, 1e300),
+    ("huge_next_to_nan", [1e300, -1e300, NAN], [1e300, -1e300, NAN]),
+    ("smallest_subnormal", 5e-324, 5e-324),
+    ("smallest_subnormal_next_to_nan", [5e-324, INF], [5e-324, INF]),
+    ("float_that_looks_int", 3.0, 3.0),
+    ("nan", NAN, NAN),
+    ("inf", INF, INF),
+    ("minus_inf", -INF, -INF),
+    ("nonfinite_nested_deep", nested_dicts(40, [1, {"b": [NAN, INF, -INF]}, None]),
+     nested_dicts(40, [1, {"b": [NAN, INF, -INF]}, None])),
+    ("nan_at_max_depth", nested_lists(253, NAN), nested_lists(253, NAN)),
+    ("max_depth", nested_lists(254), nested_lists(254)),
+    ("max_depth_dicts", nested_dicts(254), nested_dicts(254)),
+    ("text", TRICKY_TEXT, TRICKY_TEXT),
+    ("text_next_to_nan", [TRICKY_TEXT, NAN], [TRICKY_TEXT, NAN]),
+    ("empty_text", "", ""),
+    ("empty_containers", {"a": [], "b": {}, "c": ()}, {"a": [], "b": {}, "c": []}),
+    ("tuple", (1, ("a", 2.5), []), [1, ["a", 2.5], []]),
+    ("dict_order", {"z": 1, "a": 2, "m": {"y": 0, "b": 1}}, {"z": 1, "a": 2, "m": {"y": 0, "b": 1}}),
+    ("nested_lists", [[1, [2, [3, [None, True]]]], {"k": [[]]}], [[1, [2, [3, [None, True]]]], {"k": [[]]}]),
+    ("dataclass", Checkpoint(5, 1.5), {"steps": 5, "reward": 1.5, "tags": ["best"]}),
+    ("dataclass_with_nan", Checkpoint(5, NAN, ("a", "b")), {"steps": 5, "reward": NAN, "tags": ["a", "b"]}),
+    ("nested_dataclasses", Run("r", [Checkpoint(1, 2.0), Checkpoint(2, 3.0)]),
+     {"name": "r", "checkpoints": [{"steps": 1, "reward": 2.0, "tags": ["best"]},
+                                   {"steps": 2, "reward": 3.0, "tags": ["best"]}]}),
+    ("nested_dataclasses_with_nan", Run("r", [Checkpoint(1, -INF)]),
+     {"name": "r", "checkpoints": [{"steps": 1, "reward": -INF, "tags": ["best"]}]}),
+    ("enum", [Colour.RED, Colour.COUNT, Level.HARD, StrName.WALKER], ["red", 7, 3, "Walker"]),
+    ("enum_with_nan_value", {"c": Colour.WEIRD, "l": Level.HARD}, {"c": NAN, "l": 3}),
+    ("datetime", datetime.datetime(2024, 1, 2, 3, 4, 5, 678901), "2024-01-02T03:04:05.678901"),
+    ("aware_datetime", datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+     "2024-01-02T03:04:05+00:00"),
+    ("date_and_time", [datetime.date(2024, 2, 29), datetime.time(23, 59, 1)], ["2024-02-29", "23:59:01"]),
+    ("datetime_next_to_nan", {"t": datetime.datetime(2024, 1, 2), "r": NAN}, {"t": "2024-01-02T00:00:00", "r": NAN}),
+    ("uuid", uuid.UUID("12345678-1234-5678-1234-567812345678"), "12345678-1234-5678-1234-567812345678"),
+    ("uuid_next_to_nan", [uuid.UUID(int=1), NAN], ["00000000-0000-0000-0000-000000000001", NAN]),
+    ("float_subclass", MyFloat(2.5), 2.5),
+    ("float_subclass_negative_zero", MyFloat(-0.0), -0.0),
+    ("float_subclass_nonfinite", [MyFloat("nan"), {"i": MyFloat("-inf")}], [NAN, {"i": -INF}]),
+    ("numpy_scalars", [np.float64(1.5), np.int64(-5), np.uint64(2**64 - 1), np.int64(-(2**63)), np.bool_(True),
+                       np.float32(0.5), np.int8(-3)],
+     [1.5, -5, 2**64 - 1, -(2**63), True, 0.5, -3]),
+    ("numpy_nan_scalars", [np.float64("nan"), np.float32("inf"), np.float16("-inf")], [NAN, INF, -INF]),
+    ("numpy_array_2d", np.arange(6, dtype=np.int64).reshape(2, 3), [[0, 1, 2], [3, 4, 5]]),
+    ("numpy_transposed", np.arange(6, dtype=np.int64).reshape(2, 3).T, [[0, 3], [1, 4], [2, 5]]),
+    ("numpy_strided", np.arange(10, dtype=np.float64)[::3], [0.0, 3.0, 6.0, 9.0]),
+    ("numpy_strided_2d", np.arange(12, dtype=np.float64).reshape(3, 4)[:, 1::2], [[1.0, 3.0], [5.0, 7.0], [9.0, 11.0]]),
+    ("numpy_nan_array", np.array([1.0, np.nan, np.inf, -np.inf, -0.0]), [1.0, NAN, INF, -INF, -0.0]),
+    ("numpy_nan_strided", np.array([[np.nan, 1.0], [2.0, np.inf]]).T, [[NAN, 2.0], [1.0, INF]]),
+    ("numpy_bool_array", np.array([True, False]), [True, False]),
+    ("numpy_empty", np.zeros((2, 0)), [[], []]),
+    ("numpy_zero_dim", np.array(3.25), 3.25),
+    ("numpy_in_dict", {"w": np.array([1, 2], dtype=np.uint8), "n": [np.float64(0.25)]}, {"w": [1, 2], "n": [0.25]}),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), [pytest.param(v, e, id=i) for i, v, e in ROUND_TRIPS])
+def test_codec_round_trip(value: Any, expected: Any) -> None:
+    got = codec_round_trip(value)
+    assert same(got, expected), (got, expected)
+    # each decode is a fresh copy
+    if isinstance(got, (list, dict)):
+        assert codec_round_trip(value) is not got
+
+
+@pytest.mark.parametrize(("value", "expected"), [pytest.param(v, e, id=i) for i, v, e in ROUND_TRIPS])
+def test_store_round_trip(tmp_path: pathlib.Path, value: Any, expected: Any) -> None:
+    got = store_round_trip(tmp_path, value)
+    assert same(got, expected), (got, expected)
+
+
+def test_dataclass_leaves_out_underscore_fields_like_orjson() -> None:
+    for value in (Checkpoint(1, 2.0), Checkpoint(1, NAN)):
+        got = codec_round_trip(value)
+        assert list(got) == ["steps", "reward", "tags"]
+    # orjson itself leaves them out: both paths agree with it
+    assert orjson.loads(orjson.dumps(Checkpoint(1, 2.0))) == codec_round_trip(Checkpoint(1, 2.0))
+
+
+def test_nonfinite_floats_are_written_as_json_literals(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "status.json"
+    with StatusStore(target) as store:
+        store.set("c", "k", [NAN, INF, -INF, None])
+    text = target.read_text()
+    assert '"k": [\n      NaN,\n      Infinity,\n      -Infinity,\n      null\n    ]' in text
+
+
+def test_numpy_float32_stores_the_same_numbers_whatever_the_layout() -> None:
+    # The same float32 data must not store different numbers because of its memory layout or
+    # because a NaN sits next to it.
+    base = np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32)
+    contiguous = codec_round_trip(base[::2].copy())
+    strided = codec_round_trip(base[::2])
+    with_nan = codec_round_trip(np.array([0.1, 0.3, np.nan], dtype=np.float32))[:2]
+    scalars = [codec_round_trip(base[0]), codec_round_trip(base[2])]
+    assert contiguous == strided == with_nan == scalars
+
+
+def test_get_returns_an_independent_copy(tmp_path: pathlib.Path) -> None:
+    with StatusStore(tmp_path / "status.json") as store:
+        store.set("c", "k", {"list": [1, 2]})
+        got = store.get("c", "k")
+        got["list"].append(3)
+        assert store.get("c", "k") == {"list": [1, 2]}
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+A_SET_HINT = "store a list instead (e.g. sorted(value))"
+BIG_INT = "is outside the 64-bit range that JSON readers keep exactly; store it as a string (str(value)) instead"
+SURROGATE = ("the string holds a lone surrogate, which UTF-8 cannot encode; clean it "
+             "(e.g. value.encode('utf-8', 'replace').decode())")
+NOT_STR_KEY = "is not a str; JSON object keys must be strings: convert the keys with str()"
+TOO_DEEP = "it is nested more than 254 levels deep; flatten it"
+
+
+def cyclic() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+# (id, value, error class, built-in base, inner path, problem text)
+REFUSALS: list[tuple[str, Any, type, type, str, str]] = [
+    ("set", {1, 2}, TrainingStatusTypeError, TypeError, "",
+     f"an object of type 'set' is not JSON serializable; {A_SET_HINT}"),
+    ("frozenset", frozenset({"a"}), TrainingStatusTypeError, TypeError, "",
+     f"an object of type 'frozenset' is not JSON serializable; {A_SET_HINT}"),
+    ("bytes", b"raw", TrainingStatusTypeError, TypeError, "",
+     "an object of type 'bytes' is not JSON serializable; store text instead (e.g. value.decode() or base64)"),
+    ("bytearray", bytearray(b"raw"), TrainingStatusTypeError, TypeError, "",
+     "an object of type 'bytearray' is not JSON serializable; store text instead (e.g. value.decode() or base64)"),
+    ("complex", 1 + 2j, TrainingStatusTypeError, TypeError, "",
+     "an object of type 'complex' is not JSON serializable; store [value.real, value.imag] instead"),
+    ("decimal", decimal.Decimal("1.5"), TrainingStatusTypeError, TypeError, "",
+     "an object of type 'Decimal' is not JSON serializable; store float(value) or str(value) instead"),
+    ("path", pathlib.PurePosixPath("/a/b"), TrainingStatusTypeError, TypeError, "",
+     "an object of type 'PurePosixPath' is not JSON serializable; " + DEFAULT_HINT),
+    ("posix_path", pathlib.Path("/a/b"), TrainingStatusTypeError, TypeError, "",
+     "an object of type 'PosixPath' is not JSON serializable; store str(value) instead"),
+    ("object", object(), TrainingStatusTypeError, TypeError, "",
+     "an object of type 'object' is not JSON serializable; " + DEFAULT_HINT),
+    ("set_nested", {"x": [0, {"s": {1}}]}, TrainingStatusTypeError, TypeError, "['x'][1]['s']",
+     f"an object of type 'set' is not JSON serializable; {A_SET_HINT}"),
+    ("bytes_in_dataclass", Checkpoint(1, 2.0, (b"x",)), TrainingStatusTypeError, TypeError, ".tags[0]",
+     "an object of type 'bytes' is not JSON serializable; store text instead (e.g. value.decode() or base64)"),
+    ("complex_in_numpy", np.array([1 + 2j]), TrainingStatusTypeError, TypeError, "[0]",
+     "an object of type 'complex' is not JSON serializable; store [value.real, value.imag] instead"),
+    ("big_int", 2**64, TrainingStatusValueError, ValueError, "", f"the integer {2**64} {BIG_INT}"),
+    ("small_int", -(2**63) - 1, TrainingStatusValueError, ValueError, "", f"the integer {-(2**63) - 1} {BIG_INT}"),
+    ("big_int_nested", {"a": [0, 2**64]}, TrainingStatusValueError, ValueError, "['a'][1]",
+     f"the integer {2**64} {BIG_INT}"),
+    ("small_int_nested", [{"a": {"b": -(2**63) - 1}}], TrainingStatusValueError, ValueError, "[0]['a']['b']",
+     f"the integer {-(2**63) - 1} {BIG_INT}"),
+    ("big_int_next_to_nan", [NAN, 10**30], TrainingStatusValueError, ValueError, "[1]",
+     f"the integer {10**30} {BIG_INT}"),
+    ("int_key", {1: "a"}, TrainingStatusTypeError, TypeError, "", f"a dict key of type 'int' (1) {NOT_STR_KEY}"),
+    ("tuple_key_nested", {"a": {(1, 2): 3}}, TrainingStatusTypeError, TypeError, "['a']",
+     f"a dict key of type 'tuple' ((1, 2)) {NOT_STR_KEY}"),
+    ("none_key", [{None: 1}], TrainingStatusTypeError, TypeError, "[0]", f"a dict key of type 'NoneType' (None) {NOT_STR_KEY}"),
+    ("surrogate", "\ud800", TrainingStatusValueError, ValueError, "", SURROGATE),
+    ("surrogate_nested", ["ok", {"q": "a\udfffb"}], TrainingStatusValueError, ValueError, "[1]['q']", SURROGATE),
+    ("too_deep_lists", nested_lists(255), TrainingStatusValueError, ValueError, "[0]" * 255, TOO_DEEP),
+    ("too_deep_dicts", nested_dicts(255), TrainingStatusValueError, ValueError, "['a']" * 255, TOO_DEEP),
+    ("cycle", cyclic(), TrainingStatusValueError, ValueError, "[0]" * 255, TOO_DEEP),
+]
+REFUSAL_PARAMS = [pytest.param(*rest, id=rid) for rid, *rest in REFUSALS]
+
+
+def refusal_message(path: str, inner: str, problem: str) -> str:
+    return f"Cannot store x/y{inner} in {path}: {problem}. Nothing was written."
+
+
+def assert_refusal(exc: BaseException, cls: type, builtin: type, path: str, inner: str, problem: str) -> None:
+    assert type(exc) is cls
+    assert isinstance(exc, builtin)
+    assert isinstance(exc, TrainingStatusError)
+    assert str(exc) == refusal_message(path, inner, problem)
+    assert (exc.path, exc.category, exc.key) == (path, "x", "y")
+    assert isinstance(exc.__cause__, TypeError)  # orjson's own error is chained
+
+
+@pytest.mark.parametrize(("value", "cls", "builtin", "inner", "problem"), REFUSAL_PARAMS)
+def test_encode_value_refuses(value: Any, cls: type, builtin: type, inner: str, problem: str) -> None:
+    with pytest.raises(cls) as info:
+        enc(value)
+    assert_refusal(info.value, cls, builtin, FAKE_PATH, inner, problem)
+
+
+@pytest.mark.parametrize(("value", "cls", "builtin", "inner", "problem"), REFUSAL_PARAMS)
+def test_store_refuses_and_writes_nothing(
+    tmp_path: pathlib.Path, value: Any, cls: type, builtin: type, inner: str, problem: str
+) -> None:
+    target = tmp_path / "status.json"
+    with StatusStore(target) as store:
+        store.set("x", "y", "before")
+        store.set("x", "other", [1, NAN])
+        before_bytes = target.read_bytes()
+        before_stat = os.stat(target)
+        before_dict = store.to_dict()
+        before_listing = listing(tmp_path)
+
+        with pytest.raises(cls) as info:
+            store.set("x", "y", value)
+        assert_refusal(info.value, cls, builtin, str(target), inner, problem)
+
+        # a refused value in a new category creates nothing either
+        with pytest.raises(cls):
+            store.set("new", "y", value)
+
+        assert target.read_bytes() == before_bytes
+        after_stat = os.stat(target)
+        assert (after_stat.st_ino, after_stat.st_mtime_ns) == (before_stat.st_ino, before_stat.st_mtime_ns)
+        assert same(store.to_dict(), before_dict)
+        assert store.get("x", "y") == "before"
+        assert store.get("new", "y", "absent") == "absent"
+        assert listing(tmp_path) == before_listing  # no temp file left behind
+
+
+@pytest.mark.parametrize(("value", "cls"), [pytest.param(r[1], r[2], id=r[0]) for r in REFUSALS[::4]])
+def test_refusal_on_a_new_store_creates_no_file(tmp_path: pathlib.Path, value: Any, cls: type) -> None:
+    target = tmp_path / "sub" / "status.json"
+    with StatusStore(target) as store:
+        with pytest.raises(cls):
+            store.set("x", "y", value)
+        assert store.to_dict() == {"metadata": {"stats_format_version": "0.3.0", "trainstatus_version": "0.1.0"}}
+    assert not target.exists()
+
+
+def test_refusal_inside_a_transaction_leaves_the_rest_of_it(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "status.json"
+    with StatusStore(target) as store:
+        with store.transaction():
+            store.set("c", "ok", 1)
+            with pytest.raises(TrainingStatusTypeError):
+                store.set("c", "bad", {1})
+            store.set("c", "ok2", 2)
+        assert store.to_dict()["c"] == {"ok": 1, "ok2": 2}
+    assert json.loads(target.read_bytes())["c"] == {"ok": 1, "ok2": 2}
+
+
+def test_unknown_mapping_type_falls_back_to_orjson_words(tmp_path: pathlib.Path) -> None:
+    import types
+
+    with pytest.raises(TrainingStatusTypeError) as info:
+        enc(types.MappingProxyType({"a": 1}))
+    message = str(info.value)
+    assert message.startswith(f"Cannot store x/y in {FAKE_PATH}: ")
+    assert message.endswith(f"; {DEFAULT_HINT}. Nothing was written.")
+    assert "mappingproxy" in message
+
+
+@pytest.mark.parametrize(
+    ("category", "key", "what", "shown"),
+    [
+        (1, "k", "category", "'int' (1)"),
+        ("c", None, "key", "'NoneType' (None)"),
+        (Level.HARD, "k", "category", "'int' (3)"),  # the enum's value is what is judged
+        ("c", b"k", "key", "'bytes' (b'k')"),
+    ],
+)
+def test_category_and_key_must_be_str_or_str_enum(
+    tmp_path: pathlib.Path, category: Any, key: Any, what: str, shown: str
+) -> None:
+    target = tmp_path / "status.json"
+    with StatusStore(target) as store:
+        with pytest.raises(TrainingStatusTypeError) as info:
+            store.set(category, key, 1)
+        assert not target.exists()
+        assert isinstance(info.value, TypeError)
+        assert str(info.value) == (
+            f"A {what} must be a str or an Enum whose value is a str, not {shown}, in {target}."
+        )
+        assert info.value.path == str(target)
+        store.set(StrName.WALKER, StrName.WALKER, 1)  # str-valued enums are fine
+        assert store.get("Walker", "Walker") == 1
+    assert listing(tmp_path) == ["status.json", "status.json.lock"]
+
+
+# -- render and the file layout -----------------------------------------------------------------
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+finite_json = st.recursive(
+    json_scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=16,
+)
+any_json = st.recursive(
+    json_scalars | st.floats(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=16,
+)
+names = st.text(max_size=8).filter(lambda s: s != "metadata")
+
+
+def entries_of(document: dict[str, dict[str, Any]]) -> dict[str, dict[str, Entry]]:
+    return {c: {k: enc(v, c, k) for k, v in keys.items()} for c, keys in document.items()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(names, st.dictionaries(names, finite_json, max_size=4), max_size=4))
+def test_render_is_orjson_indent_2_plus_newline(document: dict[str, dict[str, Any]]) -> None:
+    assert render(entries_of(document)) == orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def test_render_small_shapes() -> None:
+    assert render({}) == b"{}\n"
+    assert render({"a": {}}) == b'{\n  "a": {}\n}\n'
+    document = {"a": {"k": [1, {"b": None}], "e": {}}, "\u00e9\"q": {"x": "l\u00efne\n"}}
+    assert render(entries_of(document)) == orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(names, st.dictionaries(names, any_json, max_size=4), max_size=4))
+def test_render_with_nonfinite_floats_parses_with_python_json(document: dict[str, dict[str, Any]]) -> None:
+    rendered = render(entries_of(document))
+    assert same(json.loads(rendered), document)
+    assert rendered.endswith(b"\n")
+
+
+def test_nan_document_layout_matches_orjson_apart_from_the_literals() -> None:
+    document = {"Walker": {"checkpoints": [{"steps": 5, "reward": NAN}], "elo": 1200.5}}
+    expected = orjson.dumps(document, option=orjson.OPT_INDENT_2).replace(b"null", b"NaN") + b"\n"
+    assert render(entries_of(document)) == expected
+
+
+def test_store_file_is_orjson_indent_2_of_the_whole_document(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "status.json"
+    with StatusStore(target, metadata={"torch_version": "2.2.2"}) as store:
+        store.set("wall_height", "lesson_num", 3)
+        store.set("Walker", "checkpoints", [{"steps": 1, "file_path": "a.onnx", "reward": 1.5}])
+        store.set("SoccerTwos?team=0", "elo", 1278.4)
+        store.set("wall_height", "lesson_num", 4)  # an update keeps the category's place
+        whole = store.to_dict()
+    data = target.read_bytes()
+    assert data == orjson.dumps(whole, option=orjson.OPT_INDENT_2) + b"\n"
+    assert list(whole) == ["wall_height", "Walker", "SoccerTwos?team=0", "metadata"]
+    assert list(whole["metadata"].items()) == [
+        ("stats_format_version", "0.3.0"), ("trainstatus_version", "0.1.0"), ("torch_version", "2.2.2"),
+    ]
+
+
+# -- hypothesis: arbitrary values through a real file -------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(any_json)
+def test_property_codec_round_trip(value: Any) -> None:
+    assert same(codec_round_trip(value), value)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_json)
+def test_property_store_round_trip(value: Any) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        assert same(store_round_trip(directory, value, durable=False), value)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(names, st.dictionaries(names, any_json, min_size=1, max_size=3), max_size=3))
+def test_property_store_round_trip_of_a_whole_document(document: dict[str, dict[str, Any]]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        target = os.path.join(directory, "status.json")
+        with StatusStore(target, durable=False) as writer, writer.transaction():
+            for category, keys in document.items():
+                for key, value in keys.items():
+                    writer.set(category, key, value)
+        with StatusStore(target, durable=False) as reader:
+            got = reader.to_dict()
+        assert got.pop("metadata") == {"stats_format_version": "0.3.0", "trainstatus_version": "0.1.0"}
+        assert same(got, document)

@@ -1,0 +1,116 @@
+"""The public surface: ``__all__``, importability, typing marker, version, import cost."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.resources
+import os
+import subprocess
+import sys
+import tomllib
+
+import trainstatus
+
+EXPECTED_ALL = [
+    "STATUS_FORMAT_VERSION",
+    "GlobalTrainingStatus",
+    "StatusMetaData",
+    "StatusStore",
+    "StatusType",
+    "TrainingStatusCorruptError",
+    "TrainingStatusCorruptWarning",
+    "TrainingStatusError",
+    "TrainingStatusLockTimeout",
+    "TrainingStatusMissingWarning",
+    "TrainingStatusReadError",
+    "TrainingStatusTypeError",
+    "TrainingStatusValueError",
+    "TrainingStatusVersionError",
+    "TrainingStatusVersionWarning",
+    "TrainingStatusWarning",
+    "TrainingStatusWriteError",
+    "__version__",
+]
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=PROJECT_ROOT, timeout=60, check=False)
+
+
+def test_all_is_exactly_the_expected_names() -> None:
+    assert sorted(trainstatus.__all__) == sorted(EXPECTED_ALL)
+    assert len(trainstatus.__all__) == len(set(trainstatus.__all__)), "duplicates in __all__"
+
+
+def test_every_exported_name_is_importable() -> None:
+    namespace: dict[str, object] = {}
+    exec("from trainstatus import *", namespace)  # noqa: S102 - what `import *` really gives
+    for name in EXPECTED_ALL:
+        assert hasattr(trainstatus, name), name
+        module = importlib.import_module("trainstatus")
+        assert getattr(module, name) is getattr(trainstatus, name)
+    star = {n for n in namespace if n != "__builtins__"}
+    assert star == set(EXPECTED_ALL)
+
+
+def test_no_private_name_is_exported() -> None:
+    for name in trainstatus.__all__:
+        is_dunder = name.startswith("__") and name.endswith("__")
+        assert is_dunder or not name.startswith("_"), name
+
+
+def test_every_public_attribute_is_in_all() -> None:
+    # Names without a leading underscore are public; each of them must be declared.
+    public = {n for n in vars(trainstatus) if not n.startswith("_")}
+    assert public == set(EXPECTED_ALL) - {"__version__"}
+
+
+def test_exported_classes_and_constants() -> None:
+    assert trainstatus.STATUS_FORMAT_VERSION == "0.3.0"
+    for name in EXPECTED_ALL:
+        if name.startswith("TrainingStatus"):
+            assert isinstance(getattr(trainstatus, name), type), name
+
+
+def test_py_typed_is_shipped() -> None:
+    marker = importlib.resources.files("trainstatus").joinpath("py.typed")
+    assert marker.is_file()
+    with open(os.path.join(PROJECT_ROOT, "pyproject.toml"), "rb") as f:
+        config = tomllib.load(f)
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"]["trainstatus"]
+
+
+def test_version_matches_the_installed_metadata() -> None:
+    assert trainstatus.__version__ == importlib.metadata.version("trainstatus")
+    assert isinstance(trainstatus.__version__, str)
+
+
+def test_import_does_not_import_numpy() -> None:
+    result = run_python(
+        "import sys\n"
+        "import trainstatus\n"
+        "store = trainstatus.StatusStore\n"
+        "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.')))\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_storing_plain_values_does_not_import_numpy(tmp_path: object) -> None:
+    target = os.path.join(str(tmp_path), "status.json")
+    result = run_python(
+        "import sys\n"
+        "import trainstatus\n"
+        f"s = trainstatus.StatusStore({target!r})\n"
+        "s.set('cat', 'key', {'a': [1, 2.5, float('nan')], 'b': None, 'c': (True, 'x')})\n"
+        "s = trainstatus.StatusStore(s.path)\n"
+        "print(s.get('cat', 'key')['a'][:2])\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[1, 2.5]", "False"]

@@ -1,0 +1,28 @@
+"""The README's commands are the ones CI and a newcomer run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## On a fresh machine", 1)[1]
+    return re.findall(r"```\n(.+?)\n```", section)
+
+
+def test_ci_runs_the_readme_test_command_word_for_word() -> None:
+    commands = _readme_commands()
+    test_command = next(c for c in commands if "pytest" in c)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"if ! ({test_command}); then" in ci
+
+
+def test_readme_demo_command_runs_the_example_that_exists() -> None:
+    demo = next(c for c in _readme_commands() if "examples/" in c)
+    script = demo.rsplit(" ", 1)[1]
+    assert (ROOT / script).is_file()
+    assert "pip install -e ." in demo
