@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import secrets
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -335,7 +336,7 @@ def test_disk_full_through_store(fs: Any) -> None:
         exc = info.value
         assert exc.errno == errno.ENOSPC
         assert isinstance(exc.__cause__, OSError) and exc.__cause__.errno == errno.ENOSPC
-        assert str(exc) == write_error_message(path, WRITING, exc.__cause__.strerror, errno.ENOSPC)
+        assert str(exc) == write_error_message(path, WRITING, os.strerror(errno.ENOSPC), errno.ENOSPC)
         assert Path(path).read_bytes() == before
         assert temp_names("/runs", "status.json") == []
         assert store.get("Walker", "checkpoints") is None
@@ -372,7 +373,7 @@ def test_read_only_directory_as_unprivileged_user() -> None:
             exc = info.value
             assert exc.errno == errno.EACCES
             assert isinstance(exc.__cause__, PermissionError)
-            assert str(exc) == write_error_message(path, WRITING, exc.__cause__.strerror, errno.EACCES)
+            assert str(exc) == write_error_message(path, WRITING, os.strerror(errno.EACCES), errno.EACCES)
             assert Path(path).read_bytes() == before
             assert sorted(os.listdir("/runs")) == ["status.json", "status.json.lock"]
             assert store.get("Walker", "lesson") == 1
@@ -496,7 +497,7 @@ def force_token_hex(mp: pytest.MonkeyPatch, names: list[str]) -> list[str]:
         handed.append(name)
         return name
 
-    mp.setattr(_atomic.secrets, "token_hex", token_hex)
+    mp.setattr(secrets, "token_hex", token_hex)  # the module _atomic draws its names from
     return handed
 
 
@@ -649,3 +650,45 @@ def test_ensure_directory_directly(tmp_path: Path) -> None:
     assert deep.is_dir()
     _atomic.ensure_directory(str(deep), durable=True)  # already there: nothing to do
     assert deep.is_dir()
+
+
+def test_directory_created_concurrently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process creating the directory first is not an error (and not ours to sync)."""
+    deep = tmp_path / "x"
+    real_mkdir = os.mkdir
+    synced: list[str] = []
+
+    def racing_mkdir(path: Any, mode: int = 0o777) -> None:
+        real_mkdir(path, mode)
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+
+    monkeypatch.setattr(os, "mkdir", racing_mkdir)
+    monkeypatch.setattr(_atomic, "sync_directory", synced.append)
+    _atomic.ensure_directory(str(deep), durable=True)
+    assert deep.is_dir()
+    assert synced == []
+
+
+def test_directory_removed_during_a_write_is_recreated_next_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    path = run / "status.json"
+    store = StatusStore(path)
+    store.set("Walker", "lesson", 1)
+    real_open_temp = _atomic.open_temp
+
+    def removed_first(directory: str, name: str) -> tuple[int, str]:
+        for entry in os.listdir(directory):
+            os.unlink(os.path.join(directory, entry))
+        os.rmdir(directory)  # someone deleted the run folder, lock file and all
+        return real_open_temp(directory, name)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(_atomic, "open_temp", removed_first)
+        with pytest.raises(TrainingStatusWriteError) as info:
+            store.set("Walker", "lesson", 2)
+    assert info.value.errno == errno.ENOENT
+    assert str(info.value) == write_error_message(str(path), WRITING, os.strerror(errno.ENOENT), errno.ENOENT)
+    assert not run.exists()
+    assert store.get("Walker", "lesson") == 1
+    store.set("Walker", "steps", 3)  # memory still had lesson 1: the file comes back whole
+    assert read_fresh(path)["Walker"] == {"lesson": 1, "steps": 3}

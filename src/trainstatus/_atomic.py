@@ -32,6 +32,7 @@ __all__ = [
     "open_temp",
     "replace",
     "set_mode",
+    "set_owner",
     "sync_directory",
     "sync_file",
     "temp_pattern",
@@ -41,6 +42,7 @@ __all__ = [
 
 _TEMP_MARK = ".trainstatus-"
 _TEMP_SUFFIX = ".tmp"
+_PIN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -98,6 +100,14 @@ def set_mode(fd: int, mode: int) -> None:
     os.fchmod(fd, mode)
 
 
+def set_owner(fd: int, owner: tuple[int, int]) -> None:
+    """Give the temp file the target's owner and group (only root may give another owner)."""
+    try:
+        os.fchown(fd, *owner)
+    except PermissionError:
+        pass  # not root: the file becomes ours, as with any editor's save
+
+
 def sync_file(fd: int) -> None:
     """Make the file's data durable before its name can point at it."""
     os.fsync(fd)
@@ -129,31 +139,44 @@ def discard_temp(fd: int, temp: str) -> None:
         pass
 
 
-def write_atomic(target: str, data: bytes, *, durable: bool, mode: int) -> tuple[int, os.stat_result]:
-    """Replace ``target`` with ``data``; return the new file's open fd and its stat.
+def write_atomic(
+    target: str, data: bytes, *, durable: bool, mode: int, owner: tuple[int, int] | None = None
+) -> tuple[int, os.stat_result]:
+    """Replace ``target`` with ``data``; return a read-only fd on the new file and its stat.
 
     The fd is handed to the caller, who keeps it open: while it is open the inode cannot be freed,
     so its number cannot be reused by a later file, which keeps (inode, size, mtime) a reliable
-    sign of whether anyone replaced the file since.
+    sign of whether anyone replaced the file since. It is read-only so that no stray write to it
+    can ever change the file in place.
 
     Raises the ``OSError`` of the failing step, with the target untouched and no temp file left;
     or ``ReplacedNotSynced`` when only the final directory sync failed.
     """
     directory, name = os.path.split(target)
     fd, temp = open_temp(directory, name)
+    pin = -1
     try:
         write_all(fd, data)
+        if owner is not None:
+            set_owner(fd, owner)
         set_mode(fd, stat.S_IMODE(mode))
         if durable:
             sync_file(fd)
         st = os.fstat(fd)
+        pin = os.open(temp, _PIN_FLAGS)
         replace(temp, target)
     except BaseException:
+        if pin >= 0:
+            os.close(pin)
         discard_temp(fd, temp)
         raise
+    os.close(fd)
     if durable:
         try:
             sync_directory(directory)
         except OSError as exc:
-            raise ReplacedNotSynced(exc, fd, st) from exc
-    return fd, st
+            raise ReplacedNotSynced(exc, pin, st) from exc
+        except BaseException:
+            os.close(pin)
+            raise
+    return pin, st

@@ -27,7 +27,10 @@ from ._errors import TrainingStatusTypeError, TrainingStatusValueError
 
 __all__ = ["Entry", "decode", "encode_loaded", "encode_value", "parse_document", "render"]
 
-_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+_OPTIONS = orjson.OPT_INDENT_2
+# With OPT_SERIALIZE_NUMPY orjson imports numpy on meeting a type it does not know (a set, a float
+# subclass); without numpy already imported no numpy value can exist, so the option waits for it.
+_NUMPY_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
 # A value sits two levels deep in the file (category -> key -> value). JSON text never holds a raw
 # newline inside a string (both encoders escape it), so re-indenting is a plain byte replace.
 _VALUE_INDENT = b"\n    "
@@ -52,13 +55,17 @@ def decode(entry: Entry) -> Any:
     return orjson.loads(entry.raw)
 
 
+def _options() -> int:
+    return _NUMPY_OPTIONS if "numpy" in sys.modules else _OPTIONS
+
+
 def _default(obj: Any) -> Any:
-    # Called by orjson for types it does not serialize itself. numpy is never imported here: an
-    # object that has ``tolist``/``item`` and comes from numpy is converted, anything else refused.
-    module = type(obj).__module__
-    if module == "numpy" or module.startswith("numpy."):
-        if hasattr(obj, "tolist"):
-            return obj.tolist()
+    # Called by orjson for types it does not serialize itself.
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(obj, numpy.ndarray):
+        if not obj.flags.c_contiguous:  # orjson takes only C-contiguous arrays; same numbers
+            return numpy.ascontiguousarray(obj)
+        return obj.tolist()  # a dtype orjson does not know (str, object, complex...)
     if isinstance(obj, float):  # float subclasses, which orjson does not pass through
         return float(obj)
     raise TypeError
@@ -79,7 +86,7 @@ def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
     Nothing about the store changes here, so an error leaves memory and disk untouched.
     """
     try:
-        raw = orjson.dumps(value, default=_default, option=_OPTIONS)
+        raw = orjson.dumps(value, default=_default, option=_options())
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         raise _explain(value, exc, path=path, category=category, key=key) from exc
     if b"null" in raw:
@@ -182,10 +189,31 @@ class _Plain:
             return int(value) if not isinstance(value, bool) else bool(value)
         if isinstance(value, str):
             return str(value)
-        if hasattr(value, "tolist") and type(value).__module__.split(".")[0] == "numpy":
-            return self(value.tolist())
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
+            return self._numpy(numpy, value)
         # datetime, date, time, UUID: whatever text orjson gives them
         return orjson.loads(orjson.dumps(value))
+
+    def _numpy(self, numpy: Any, value: Any) -> Any:
+        # The same numbers and text orjson writes for numpy values (float32 in its shortest form,
+        # datetime64 as orjson formats it), with the non-finite floats orjson turned into null put
+        # back from the array.
+        plain = orjson.loads(orjson.dumps(value, default=_default, option=_NUMPY_OPTIONS))
+        if value.dtype.kind != "f":
+            return plain
+        bad = ~numpy.isfinite(value)
+        if not bad.any():
+            return plain
+        self.nonfinite = True
+        if value.ndim == 0:
+            return float(value)
+        for index in numpy.argwhere(bad):
+            row = plain
+            for i in index[:-1]:
+                row = row[i]
+            row[index[-1]] = float(value[tuple(index)])
+        return plain
 
 
 # --- errors: find where in a nested value encoding failed and say what to do --------------------
@@ -200,6 +228,7 @@ _HINTS = {
     "PosixPath": "store str(value) instead",
     "WindowsPath": "store str(value) instead",
     "Tensor": "store value.item() or value.tolist() instead",
+    "mappingproxy": "store dict(value) instead",
 }
 _DEFAULT_HINT = "store a dict with str keys, a list, str, int, float, bool or None instead"
 _MAX_DEPTH = 254  # orjson's own limit when writing
@@ -252,13 +281,14 @@ def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] |
             return (where, "the string holds a lone surrogate, which UTF-8 cannot encode; "
                     "clean it (e.g. value.encode('utf-8', 'replace').decode())", False)
         return None
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         for k, v in value.items():
-            if not isinstance(k, str):
+            if type(k) is not str:
                 return (
                     where,
-                    f"a dict key of type {type(k).__name__!r} ({k!r}) is not a str; JSON object "
-                    "keys must be strings: convert the keys with str()",
+                    f"a dict key of type {type(k).__name__!r} ({k!r}) is not a plain str; JSON "
+                    "object keys must be strings: convert the keys (str(key), or key.value for "
+                    "an Enum)",
                     True,
                 )
             found = _find_problem(v, f"{where}[{k!r}]", depth + 1)

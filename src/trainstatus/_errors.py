@@ -11,6 +11,7 @@ processes and ship exceptions between them (multiprocessing, concurrent.futures)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -165,13 +166,20 @@ class TrainingStatusCorruptWarning(TrainingStatusWarning):
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# contextlib's frames sit between a ``with store.transaction():`` block and our code.
+_SKIPPED_FILES = {os.path.abspath(contextlib.__file__)}
+
+
+def _ours(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return os.path.dirname(path) == _PACKAGE_DIR or path in _SKIPPED_FILES
 
 
 def warn(warning: TrainingStatusWarning) -> None:
     """Issue ``warning`` at the first caller outside this package, so it points at user code."""
     level = 2  # warnings.warn's stacklevel 2 is our caller, the frame we start from
     frame = sys._getframe(1)
-    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+    while frame is not None and _ours(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     warnings.warn(warning, stacklevel=level)

@@ -136,6 +136,7 @@ class LocalFile(Storage):
         self._temp_pattern = _atomic.temp_pattern(self._name)
         self._version: tuple[int, int, int, int] | None = None
         self._mode: int | None = None
+        self._owner: tuple[int, int] | None = None
         self._pin = _Pin()
         weakref.finalize(self, self._pin.close)
         self._lock_generation = -1
@@ -164,11 +165,18 @@ class LocalFile(Storage):
         try:
             st = os.fstat(fd)
             if stat.S_ISDIR(st.st_mode):
+                os.close(fd)
                 raise TrainingStatusReadError(
                     f"Cannot read {self.location}: it is a directory, not a status file. Move the "
                     "directory away or open the store on another path.",
                     path=self.location,
                 )
+        except OSError as exc:
+            if isinstance(exc, TrainingStatusReadError):
+                raise
+            os.close(fd)
+            raise self._read_error(exc) from exc
+        try:
             chunks = []
             while True:
                 chunk = os.read(fd, max(st.st_size + 1, 65536))
@@ -195,6 +203,7 @@ class LocalFile(Storage):
         self._pin.set(fd)
         self._version = None if st is None else _version(st)
         self._mode = None if st is None else st.st_mode
+        self._owner = None if st is None else (st.st_uid, st.st_gid)
 
     def changed(self) -> bool:
         try:
@@ -203,7 +212,9 @@ class LocalFile(Storage):
             return self._version is not None
         except OSError:
             return True  # let the read that follows report it
-        self._mode = st.st_mode  # a chmod since our last write is kept by the next one
+        # A chmod or chown since our last write is kept by the next one.
+        self._mode = st.st_mode
+        self._owner = (st.st_uid, st.st_gid)
         return _version(st) != self._version
 
     # -- writing -------------------------------------------------------------------------------
@@ -225,9 +236,14 @@ class LocalFile(Storage):
         self._directory_ready = True
 
     def replace(self, data: bytes) -> None:
-        mode = self._mode if self._version is not None and self._mode is not None else default_file_mode()
+        if self._version is not None and self._mode is not None:
+            mode = self._mode
+            # Keep another user's file theirs when root rewrites it; otherwise nothing to do.
+            owner = self._owner if self._owner != (os.geteuid(), os.getegid()) else None
+        else:
+            mode, owner = default_file_mode(), None
         try:
-            fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode)
+            fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode, owner=owner)
         except _atomic.ReplacedNotSynced as exc:
             self._remember(exc.fd, exc.st)
             error = self._write_error(exc.cause, "syncing its directory")
@@ -266,18 +282,20 @@ class LocalFile(Storage):
         while True:
             try:
                 # A hard link first, so the damaged bytes always have a name: a crash between
-                # the two steps leaves two names, never none.
+                # the two steps leaves two names, never none. It also never replaces a name.
                 os.link(self._target, aside, follow_symlinks=False)
                 break
             except FileExistsError:
-                n += 1
-                aside = f"{base}-{n}"
+                pass
             except OSError as exc:
-                if exc.errno in (errno_codes.EPERM, errno_codes.ENOTSUP, errno_codes.EXDEV, errno_codes.EMLINK):
-                    if not os.path.lexists(aside):  # no hard links here: a rename keeps it as well
-                        os.rename(self._target, aside)
-                        break
-                raise
+                if exc.errno not in (errno_codes.EPERM, errno_codes.ENOTSUP, errno_codes.EXDEV, errno_codes.EMLINK):
+                    raise
+                # No hard links on this filesystem: a rename to a name not taken keeps it too.
+                if not os.path.lexists(aside):
+                    os.rename(self._target, aside)
+                    break
+            n += 1
+            aside = f"{base}-{n}"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._target)
         if self._durable:

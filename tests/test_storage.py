@@ -1,0 +1,754 @@
+"""The storage seam (trainstatus._storage): LocalFile on a real filesystem, and Memory.
+
+Reading, change detection and the inode pin, keeping a damaged file aside, leftovers of killed
+writers (with the lock held by another process), symlinked status files, unreadable paths.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import gc
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _storage
+from trainstatus._storage import LocalFile, Memory, Storage
+
+STAMP = r"\d{8}T\d{6}\.\d{6}Z"
+HEX16 = "0123456789abcdef"
+
+
+def local(path: Path, *, durable: bool = True) -> LocalFile:
+    return LocalFile(str(path), durable=durable)
+
+
+def replace_by_hand(path: Path, data: bytes) -> None:
+    """What another writer does: a new file renamed over the old one."""
+    other = path.with_name(path.name + ".other")
+    other.write_bytes(data)
+    os.replace(other, path)
+
+
+def read_fresh(path: Path | str) -> dict[str, Any]:
+    fresh = StatusStore(path)
+    try:
+        return fresh.to_dict()
+    finally:
+        fresh.close()
+
+
+def assert_closed(fd: int) -> None:
+    with pytest.raises(OSError) as info:
+        os.fstat(fd)
+    assert info.value.errno == errno.EBADF
+
+
+def temp_name(name: str, token: str = HEX16) -> str:
+    return f".{name}.trainstatus-{token}.tmp"
+
+
+# -- reading and change detection -----------------------------------------------------------------
+
+
+def test_read_missing_file(tmp_path: Path) -> None:
+    storage = local(tmp_path / "status.json")
+    assert storage.read() is None
+    assert storage.changed() is False
+    assert storage._pin.fd is None
+    assert os.listdir(tmp_path) == []
+
+
+def test_read_returns_bytes_and_pins_that_file(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.write_bytes(b'{"a": {}}\n')
+    storage = local(path)
+    assert storage.read() == b'{"a": {}}\n'
+    assert os.fstat(storage._pin.fd).st_ino == os.stat(path).st_ino  # type: ignore[arg-type]
+    assert storage.changed() is False
+    storage.close()
+
+
+def test_read_large_file_whole(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    data = b"x" * 300_000
+    path.write_bytes(data)
+    storage = local(path)
+    assert storage.read() == data
+    storage.close()
+
+
+def test_changed_detects_creation(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    storage = local(path)
+    assert storage.read() is None
+    path.write_bytes(b"{}\n")
+    assert storage.changed() is True
+
+
+def test_changed_detects_deletion(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.write_bytes(b"{}\n")
+    storage = local(path)
+    storage.read()
+    path.unlink()
+    assert storage.changed() is True
+    storage.close()
+
+
+def test_changed_detects_in_place_modification(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.write_bytes(b"{}\n")
+    storage = local(path)
+    storage.read()
+    with open(path, "ab") as f:
+        f.write(b"  \n")
+    assert storage.changed() is True
+    storage.close()
+
+
+def test_changed_detects_another_writers_replace(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.write_bytes(b'{"a": {}}\n')
+    storage = local(path)
+    storage.read()
+    replace_by_hand(path, b'{"b": {}}\n')
+    assert storage.changed() is True
+    storage.close()
+
+
+def test_changed_detects_replace_with_same_size_and_mtime(tmp_path: Path) -> None:
+    """Only the inode tells them apart, and the pin keeps the old inode number from being reused."""
+    path = tmp_path / "status.json"
+    path.write_bytes(b'{"a": {}}\n')
+    storage = local(path)
+    storage.read()
+    old = os.stat(path)
+    other = tmp_path / "other"
+    other.write_bytes(b'{"b": {}}\n')
+    os.utime(other, ns=(old.st_atime_ns, old.st_mtime_ns))
+    os.replace(other, path)
+    new = os.stat(path)
+    assert (new.st_size, new.st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+    assert new.st_ino != old.st_ino
+    assert storage.changed() is True
+    storage.close()
+
+
+def test_changed_when_stat_fails(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "status.json"
+    path.parent.mkdir()
+    path.write_bytes(b"{}\n")
+    storage = local(path)
+    storage.read()
+    storage.close()
+    shutil.rmtree(path.parent)
+    path.parent.write_bytes(b"")  # the directory is now a file: stat raises ENOTDIR
+    assert storage.changed() is True
+
+
+def test_not_changed_after_own_replace(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    storage = local(path)
+    assert storage.read() is None
+    with storage.lock(5):
+        storage.replace(b'{"a": {}}\n')
+    assert storage.changed() is False
+    assert path.read_bytes() == b'{"a": {}}\n'
+    with storage.lock(5):
+        storage.replace(b'{"b": {}}\n')
+    assert storage.changed() is False
+    storage.close()
+
+
+def test_chmod_is_not_a_change_but_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    storage = local(path)
+    with storage.lock(5):
+        storage.replace(b"{}\n")
+    os.chmod(path, 0o600)
+    assert storage.changed() is False
+    with storage.lock(5):
+        storage.replace(b"{}\n")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    storage.close()
+
+
+def test_read_io_error_is_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "status.json"
+    path.write_bytes(b"{}\n")
+    storage = local(path)
+    fds = set(os.listdir("/proc/self/fd"))
+
+    def failing_read(fd: int, n: int) -> bytes:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with monkeypatch.context() as mp:
+        mp.setattr(os, "read", failing_read)
+        with pytest.raises(TrainingStatusReadError) as info:
+            storage.read()
+    assert str(info.value) == (
+        f"Cannot read {path}: Input/output error. The file was left as it is; fix its permissions "
+        "or path and open the store again."
+    )
+    assert info.value.path == str(path)
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EIO
+    assert set(os.listdir("/proc/self/fd")) == fds  # the descriptor was closed
+    assert path.read_bytes() == b"{}\n"
+
+
+def test_read_symlink_loop_is_a_read_error(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    os.symlink(path, path)  # a link to itself: opening it fails with ELOOP
+    with pytest.raises(TrainingStatusReadError) as info:
+        StatusStore(path)
+    assert str(info.value) == (
+        f"Cannot read {path}: {os.strerror(errno.ELOOP)}. The file was left as it is; fix its "
+        "permissions or path and open the store again."
+    )
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ELOOP
+    assert os.readlink(path) == str(path)
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
+def test_read_interrupted_closes_the_descriptor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "status.json"
+    path.write_bytes(b"{}\n")
+    storage = local(path)
+    fds = set(os.listdir("/proc/self/fd"))
+
+    def interrupted(fd: int, n: int) -> bytes:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as mp:
+        mp.setattr(os, "read", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            storage.read()
+    assert set(os.listdir("/proc/self/fd")) == fds
+    assert storage._pin.fd is None
+
+
+# -- the inode pin --------------------------------------------------------------------------------
+
+
+def test_pin_follows_each_replace_and_closes(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    storage = local(path)
+    with storage.lock(5):
+        storage.replace(b'{"a": {}}\n')
+    first = storage._pin.fd
+    assert first is not None
+    assert os.fstat(first).st_ino == os.stat(path).st_ino
+
+    with storage.lock(5):
+        storage.replace(b'{"b": {}}\n')
+    second = storage._pin.fd
+    assert second is not None and second != first
+    assert os.fstat(second).st_ino == os.stat(path).st_ino
+    assert_closed(first)  # the previous version's descriptor is released
+
+    storage.close()
+    assert storage._pin.fd is None
+    assert_closed(second)
+    storage.close()  # closing twice is harmless
+
+
+def test_pin_closed_behind_its_back(tmp_path: Path) -> None:
+    storage = local(tmp_path / "status.json")
+    with storage.lock(5):
+        storage.replace(b"{}\n")
+    fd = storage._pin.fd
+    assert fd is not None
+    os.close(fd)
+    storage.close()  # EBADF is not an error worth raising here
+    assert storage._pin.fd is None
+
+
+def test_pin_holds_the_replaced_inode(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    storage = local(path)
+    with storage.lock(5):
+        storage.replace(b"{}\n")
+    ours = os.stat(path).st_ino
+    replace_by_hand(path, b'{"x": {}}\n')
+    pinned = os.fstat(storage._pin.fd)  # type: ignore[arg-type]
+    assert pinned.st_ino == ours != os.stat(path).st_ino
+    assert pinned.st_nlink == 0  # unlinked, but alive while pinned
+    storage.close()
+
+
+def test_pin_closed_when_storage_is_collected(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    storage = local(path)
+    with storage.lock(5):
+        storage.replace(b"{}\n")
+    fd = storage._pin.fd
+    assert fd is not None
+    del storage
+    gc.collect()
+    assert_closed(fd)
+
+
+def test_store_pins_the_file_it_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("Walker", "lesson", 1)
+    fd = store._storage._pin.fd  # type: ignore[attr-defined]
+    assert os.fstat(fd).st_ino == os.stat(path).st_ino
+    store.close()
+    assert_closed(fd)
+
+
+# -- keeping a damaged file aside -----------------------------------------------------------------
+
+
+def aside_pattern(target: Path) -> re.Pattern[str]:
+    return re.compile(re.escape(f"{target}.corrupt-") + STAMP)
+
+
+def test_move_aside_keeps_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    damaged = b'{"Walker": [garbage\x00\xff'
+    path.write_bytes(damaged)
+    storage = local(path)
+    storage.read()
+    before = datetime.datetime.now(datetime.timezone.utc)
+    aside = storage.move_aside()
+    after = datetime.datetime.now(datetime.timezone.utc)
+    assert aside_pattern(path).fullmatch(aside)
+    stamp = datetime.datetime.strptime(aside.rsplit(".corrupt-", 1)[1], "%Y%m%dT%H%M%S.%fZ")
+    assert before <= stamp.replace(tzinfo=datetime.timezone.utc) <= after  # in UTC
+    assert Path(aside).read_bytes() == damaged
+    assert not path.exists()
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(aside)]
+    assert storage._pin.fd is None
+    assert storage.read() is None  # nothing there any more
+    assert storage.changed() is False
+
+
+def freeze_clock(mp: pytest.MonkeyPatch) -> str:
+    """Make move_aside's clock stand still; return the stamp it will use."""
+    frozen = datetime.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.timezone.utc)
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Any:
+            return frozen
+
+    mp.setattr(_storage, "datetime", types.SimpleNamespace(datetime=Frozen, timezone=datetime.timezone))
+    return "20240506T070809.123456Z"
+
+
+def test_move_aside_never_overwrites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "status.json"
+    stamp = freeze_clock(monkeypatch)
+    base = f"{path}.corrupt-{stamp}"
+    Path(base).write_bytes(b"first aside")
+    Path(base + "-1").write_bytes(b"second aside")
+    path.write_bytes(b"third damaged")
+    storage = local(path)
+
+    aside = storage.move_aside()
+    assert aside == base + "-2"
+    assert Path(aside).read_bytes() == b"third damaged"
+    assert Path(base).read_bytes() == b"first aside"
+    assert Path(base + "-1").read_bytes() == b"second aside"
+    assert not path.exists()
+
+    path.write_bytes(b"fourth damaged")  # same clock again: the next free number
+    assert storage.move_aside() == base + "-3"
+    assert Path(base + "-3").read_bytes() == b"fourth damaged"
+
+
+def test_move_aside_without_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filesystem without hard links: renamed instead, still never over an existing name."""
+    path = tmp_path / "status.json"
+    stamp = freeze_clock(monkeypatch)
+    base = f"{path}.corrupt-{stamp}"
+    Path(base).write_bytes(b"earlier")
+    path.write_bytes(b"damaged")
+
+    def no_links(src: str, dst: str, *, follow_symlinks: bool = True) -> None:
+        if os.path.lexists(dst):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), src)
+
+    monkeypatch.setattr(os, "link", no_links)
+    aside = local(path).move_aside()
+    assert aside == base + "-1"
+    assert Path(aside).read_bytes() == b"damaged"
+    assert Path(base).read_bytes() == b"earlier"
+    assert not path.exists()
+
+
+def test_move_aside_failure_leaves_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "status.json"
+    path.write_bytes(b"damaged")
+
+    def read_only(src: str, dst: str, *, follow_symlinks: bool = True) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), dst)
+
+    monkeypatch.setattr(os, "link", read_only)
+    with pytest.raises(OSError) as info:
+        local(path).move_aside()
+    assert info.value.errno == errno.EROFS
+    assert path.read_bytes() == b"damaged"
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
+def test_move_aside_syncs_the_directory_when_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    monkeypatch.setattr(_atomic, "sync_directory", synced.append)
+    for durable, expected in ((True, [str(tmp_path)]), (False, [])):
+        synced.clear()
+        path = tmp_path / "status.json"
+        path.write_bytes(b"damaged")
+        local(path, durable=durable).move_aside()
+        assert synced == expected
+
+
+# -- leftovers of killed writers ------------------------------------------------------------------
+
+NOT_OURS = [
+    temp_name("other.json"),  # another target's temp file
+    "x.tmp",
+    temp_name("status.json", HEX16[:15]),  # wrong length
+    temp_name("status.json", HEX16 + "0"),
+    temp_name("status.json", HEX16.upper()),  # token_hex is lower case
+    temp_name("statusXjson"),  # the dot in the name is literal
+    f"status.json.trainstatus-{HEX16}.tmp",  # no leading dot
+    temp_name("status.json") + ".bak",
+    "status.json.lock",
+]
+
+
+def plant(directory: Path, names: list[str]) -> None:
+    for name in names:
+        (directory / name).write_bytes(b"partial")
+
+
+def test_leftovers_and_cleanup_only_touch_our_temp_files(tmp_path: Path) -> None:
+    ours = [temp_name("status.json"), temp_name("status.json", "f" * 16)]
+    plant(tmp_path, ours + NOT_OURS)
+    storage = local(tmp_path / "status.json")
+    assert sorted(storage.leftovers()) == sorted(str(tmp_path / n) for n in ours)
+    storage.cleanup()
+    assert sorted(os.listdir(tmp_path)) == sorted(NOT_OURS)
+    assert storage.leftovers() == []
+
+
+def test_leftovers_of_missing_directory(tmp_path: Path) -> None:
+    storage = local(tmp_path / "missing" / "status.json")
+    assert storage.leftovers() == []
+    storage.cleanup()
+    assert os.listdir(tmp_path) == []
+
+
+def test_temp_pattern_matches_the_names_open_temp_makes(tmp_path: Path) -> None:
+    fd, temp = _atomic.open_temp(str(tmp_path), "status.json")
+    os.close(fd)
+    assert _atomic.temp_pattern("status.json").fullmatch(os.path.basename(temp))
+    assert local(tmp_path / "status.json").leftovers() == [temp]
+
+
+def test_store_open_removes_stale_temp_files(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    StatusStore(path).set("Walker", "lesson", 1)
+    plant(tmp_path, [temp_name("status.json")] + NOT_OURS)
+    store = StatusStore(path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["status.json", *NOT_OURS])
+    assert store.get("Walker", "lesson") == 1
+
+
+def test_store_removes_stale_temp_files_after_a_merge(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("Walker", "lesson", 1)  # the first write cleaned; later ones do not scan
+    other = StatusStore(path)
+    plant(tmp_path, [temp_name("status.json")])
+    other_bytes = path.read_bytes().replace(b'"lesson": 1', b'"lesson": 5')
+    replace_by_hand(path, other_bytes)  # a writer that may have died since
+    store.set("Walker", "steps", 10)
+    assert temp_name("status.json") not in os.listdir(tmp_path)
+    assert read_fresh(path)["Walker"] == {"lesson": 5, "steps": 10}
+    other.close()
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, filelock
+    lock = filelock.FileLock(sys.argv[1])
+    lock.acquire()
+    print("locked", flush=True)
+    sys.stdin.readline()
+    lock.release()
+    """
+)
+
+
+@contextmanager
+def lock_held_by_another_process(lock_path: Path) -> Iterator[None]:
+    """Hold ``lock_path`` with filelock in a child until the block ends, then let it release."""
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    ) as child:
+        assert child.stdout is not None and child.stdin is not None
+        try:
+            assert child.stdout.readline() == "locked\n"
+            yield
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+
+
+@pytest.mark.parametrize("then", ["write", "open"])
+def test_stale_temp_kept_while_another_process_holds_the_lock(tmp_path: Path, then: str) -> None:
+    path = tmp_path / "status.json"
+    StatusStore(path).set("Walker", "lesson", 1)
+    temp = tmp_path / temp_name("status.json")
+    with lock_held_by_another_process(tmp_path / "status.json.lock"):
+        plant(tmp_path, [temp.name])
+        store = StatusStore(path, lock_timeout=0)
+        assert temp.exists()  # it may be a live writer's
+        with pytest.raises(TrainingStatusLockTimeout):  # the child really holds the lock
+            store.set("Walker", "lesson", 2)
+        assert temp.exists()
+    if then == "write":
+        store.set("Walker", "lesson", 3)
+    else:
+        store = StatusStore(path)
+    assert not temp.exists()
+    assert read_fresh(path)["Walker"] == {"lesson": 3 if then == "write" else 1}
+
+
+# -- symlinked status files -----------------------------------------------------------------------
+
+
+def test_symlinked_status_file_is_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, shared = tmp_path / "run", tmp_path / "shared"
+    run.mkdir()
+    shared.mkdir()
+    target = shared / "status.json"
+    StatusStore(target).set("Walker", "lesson", 1)
+    link = run / "status.json"
+    os.symlink(target, link)
+
+    temp_dirs: list[str] = []
+    real_open_temp = _atomic.open_temp
+
+    def open_temp(directory: str, name: str) -> tuple[int, str]:
+        temp_dirs.append(directory)
+        return real_open_temp(directory, name)
+
+    monkeypatch.setattr(_atomic, "open_temp", open_temp)
+    assert local(link).target == str(target)
+    assert local(link).lock_path == str(target) + ".lock"
+    store = StatusStore(link)
+    assert store.path == str(link)
+    assert store.get("Walker", "lesson") == 1
+    store.set("Walker", "lesson", 2)
+    store.set("Walker", "steps", 3)
+
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert temp_dirs == [str(shared), str(shared)]
+    assert os.listdir(run) == ["status.json"]  # no temp, lock or other file beside the link
+    assert sorted(os.listdir(shared)) == ["status.json", "status.json.lock"]
+    assert read_fresh(target)["Walker"] == {"lesson": 2, "steps": 3}
+
+
+def test_dangling_symlink_creates_the_target(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    target = tmp_path / "shared" / "deeper" / "status.json"
+    link = run / "status.json"
+    os.symlink(target, link)
+    store = StatusStore(link)  # no warning: a fresh run
+    assert list(store.to_dict()) == ["metadata"]
+    assert not (tmp_path / "shared").exists()
+    store.set("Walker", "lesson", 1)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.is_file() and not target.is_symlink()
+    assert read_fresh(link)["Walker"] == {"lesson": 1}
+    assert os.listdir(run) == ["status.json"]
+
+
+# -- paths that cannot be read --------------------------------------------------------------------
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def test_directory_in_place_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.mkdir()
+    (path / "inside").write_bytes(b"keep")
+    before = listing(tmp_path)
+    with pytest.raises(TrainingStatusReadError) as info:
+        StatusStore(path)
+    assert info.value.path == str(path)
+    assert str(path) in str(info.value)
+    assert "it is a directory, not a status file" in str(info.value)
+    assert listing(tmp_path) == before
+    assert (path / "inside").read_bytes() == b"keep"
+
+
+def test_directory_in_place_of_the_file_message(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.mkdir()
+    with pytest.raises(TrainingStatusReadError) as info:
+        StatusStore(path)
+    assert str(info.value) == (
+        f"Cannot read {path}: it is a directory, not a status file. Move the directory away or "
+        "open the store on another path."
+    )
+
+
+UNPRIVILEGED_OPEN = textwrap.dedent(
+    """
+    import json, os, pwd, sys
+    from trainstatus import StatusStore, TrainingStatusReadError
+    nobody = pwd.getpwnam("nobody")
+    os.setgroups([])
+    os.setgid(nobody.pw_gid)
+    os.setuid(nobody.pw_uid)
+    try:
+        StatusStore(sys.argv[1])
+    except TrainingStatusReadError as exc:
+        cause = exc.__cause__
+        print(json.dumps({"message": str(exc), "path": exc.path, "is_oserror": isinstance(exc, OSError),
+                          "cause_errno": getattr(cause, "errno", None)}))
+    else:
+        print(json.dumps(None))
+    """
+)
+
+
+@pytest.fixture
+def world_readable_dir() -> Iterator[Path]:
+    """A directory ``nobody`` can enter (pytest's tmp_path lives under a 0700 directory)."""
+    directory = Path(tempfile.mkdtemp(prefix="trainstatus-"))
+    os.chmod(directory, 0o755)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to drop privileges")
+def test_unreadable_file(world_readable_dir: Path) -> None:
+    path = world_readable_dir / "status.json"
+    StatusStore(path).set("Walker", "lesson", 1)
+    os.chmod(path, 0o600)
+    before = (path.read_bytes(), os.stat(path))
+    files = sorted(os.listdir(world_readable_dir))
+    result = subprocess.run(
+        [sys.executable, "-c", UNPRIVILEGED_OPEN, str(path)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    report = json.loads(result.stdout)
+    assert report == {
+        "message": (
+            f"Cannot read {path}: Permission denied. The file was left as it is; fix its "
+            "permissions or path and open the store again."
+        ),
+        "path": str(path),
+        "is_oserror": True,
+        "cause_errno": errno.EACCES,
+    }
+    after = (path.read_bytes(), os.stat(path))
+    assert after[0] == before[0]
+    assert (after[1].st_ino, after[1].st_mode, after[1].st_mtime_ns) == (before[1].st_ino, before[1].st_mode, before[1].st_mtime_ns)
+    assert sorted(os.listdir(world_readable_dir)) == files
+
+
+# -- file mode of new files -----------------------------------------------------------------------
+
+
+def no_proc(*args: Any, **kwargs: Any) -> Any:
+    raise FileNotFoundError(errno.ENOENT, "no /proc")
+
+
+def proc_without_umask(*args: Any, **kwargs: Any) -> Any:
+    return io.BytesIO(b"Name:\tpython\nState:\tR (running)\n")  # kernels before 4.7
+
+
+@pytest.mark.parametrize("proc", [None, no_proc, proc_without_umask], ids=["proc", "no-proc", "no-umask-line"])
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077], ids=oct)
+def test_default_file_mode(mask: int, proc: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = os.umask(mask)
+    try:
+        with monkeypatch.context() as mp:
+            if proc is not None:  # the umask is then read by setting it, and must be put back
+                mp.setattr(_storage, "open", proc, raising=False)
+            assert _storage.default_file_mode() == 0o666 & ~mask
+        assert os.umask(mask) == mask
+    finally:
+        os.umask(old)
+
+
+# -- Memory ---------------------------------------------------------------------------------------
+
+
+def test_memory_storage() -> None:
+    memory = Memory()
+    assert isinstance(memory, Storage)
+    assert memory.location == "<memory>"
+    assert memory.read() is None
+    assert memory.changed() is False
+    with memory.lock(0), memory.lock(None):  # nothing to exclude: reentrant, never times out
+        memory.replace(b"{}\n")
+    assert memory.read() == b"{}\n"
+    assert memory.changed() is False
+    memory.replace(b'{"a": {}}\n')
+    assert memory.read() == b'{"a": {}}\n'
+    assert memory.leftovers() == []
+    memory.cleanup()
+    memory.close()
+    assert memory.read() == b'{"a": {}}\n'  # close releases nothing it needs
+
+
+def test_storage_seam_defaults() -> None:
+    base = Storage()
+    for call in (base.read, base.changed, base.move_aside):
+        with pytest.raises(NotImplementedError):
+            call()
+    with pytest.raises(NotImplementedError):
+        base.replace(b"{}")
+    with pytest.raises(NotImplementedError):
+        base.lock(None)
+    assert base.leftovers() == []
+    base.cleanup()
+    base.close()
+
+
+def test_store_on_memory() -> None:
+    memory = Memory()
+    store = StatusStore._on_storage(memory)
+    assert store.path == "<memory>"
+    store.set("Walker", "lesson", 1)
+    data = memory.read()
+    assert data is not None and data.endswith(b"}\n")
+    assert json.loads(data)["Walker"] == {"lesson": 1}
+    assert store.get("Walker", "lesson") == 1
+    # A second store on the same Memory reads what the first wrote.
+    assert StatusStore._on_storage(memory).get("Walker", "lesson") == 1
