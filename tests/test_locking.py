@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,27 +28,36 @@ def read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_bytes())
 
 
-def process_message(path: Path, timeout: float) -> str:
-    return (
-        f"Could not lock {path} within {timeout} s: another process holds {path}.lock (a write or an "
-        "open transaction). Let it finish, or open the store with a longer lock_timeout=; "
-        "`trainstatus check` shows who holds it."
-    )
-
-
 def thread_message_path_lock(path: Path, timeout: float) -> str:
     return (
         f"Could not lock {path} within {timeout} s: another thread of this process holds "
         f"{path}.lock (a write or an open transaction). Let it finish, or open the store with a "
-        "longer lock_timeout=; `trainstatus check` shows who holds it."
+        "longer lock_timeout=."
     )
 
 
 def thread_message_store(path: Path, timeout: float) -> str:
     return (
-        f"Could not use {path} within {timeout} s: another thread of this process holds a "
-        "transaction on this store. Let it finish, or open the store with a longer lock_timeout=."
+        f"Could not use {path} within {timeout} s: another thread of this process is using this "
+        "store (a transaction, or a write waiting for the lock). Let it finish, or open the store "
+        "with a longer lock_timeout=."
     )
+
+
+@contextmanager
+def deadline(seconds: int = 30) -> Iterator[None]:
+    """Fail instead of hanging when the body blocks the main thread (waits with no timeout)."""
+
+    def expired(signum: int, frame: Any) -> None:
+        raise AssertionError(f"still blocked after {seconds} s: deadlock")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @contextmanager
@@ -56,7 +67,10 @@ def held_by_another_process(path: Path, key: str = "holder") -> Iterator[None]:
     child = SPAWN.Process(target=_workers.hold_transaction, args=(str(path), held, release, key))
     child.start()
     try:
-        assert held.wait(TIMEOUT), "the child never took the lock"
+        give_up = time.monotonic() + TIMEOUT
+        while not held.wait(0.05):
+            assert child.is_alive(), f"the lock-holding child died first (exit {child.exitcode})"
+            assert time.monotonic() < give_up, "the child never took the lock"
         yield
     finally:
         release.set()
@@ -136,7 +150,7 @@ def test_lock_excludes_another_process(tmp_path: Path) -> None:
         assert isinstance(error, TrainingStatusError)
         assert error.lock_file == str(path) + ".lock"
         assert error.path == str(path)
-        assert str(error) == process_message(path, 0.3)
+        assert str(error) == _workers.process_message(path, 0.3)
         assert isinstance(error.__cause__, filelock.Timeout)
         with pytest.raises(TrainingStatusLockTimeout):
             with store.transaction():
@@ -202,7 +216,7 @@ def test_two_stores_on_one_path_in_one_process_do_not_deadlock(tmp_path: Path) -
     path = tmp_path / "status.json"
     a = StatusStore(path, durable=False)
     b = StatusStore(path, durable=False, lock_timeout=None)  # waits forever: filelock's deadlock check applies
-    with a.transaction():
+    with deadline(), a.transaction():
         a.set("a", "k", 1)
         waiter = InThread(lambda: b.set("b", "k", 2))
         assert not waiter.finished.wait(0.3), "another store's set got in during the transaction"
@@ -210,7 +224,7 @@ def test_two_stores_on_one_path_in_one_process_do_not_deadlock(tmp_path: Path) -
     waiter.wait()  # no RuntimeError("Deadlock: ...") from filelock, no hang
     assert read(path)["a"] == {"k": 1} and read(path)["b"] == {"k": 2}
     # And the other way round, with the transaction on the forever-waiting store.
-    with b.transaction():
+    with deadline(), b.transaction():
         b.set("b", "k", 3)
         waiter = InThread(lambda: a.set("a", "k", 4))
         assert not waiter.finished.wait(0.3)
@@ -222,7 +236,7 @@ def test_second_store_used_inside_a_transaction_on_the_same_thread(tmp_path: Pat
     path = tmp_path / "status.json"
     a = StatusStore(path, durable=False, lock_timeout=None)
     b = StatusStore(path, durable=False, lock_timeout=None)
-    with a.transaction():
+    with deadline(), a.transaction():
         a.set("a", "k", 1)
         b.set("b", "k", 2)  # same thread: joins the held lock, writes at once
         assert read(path)["b"] == {"k": 2} and "a" not in read(path)
@@ -265,7 +279,8 @@ def test_filelock_is_taken_once_per_outermost_hold(tmp_path: Path, filelock_acqu
 
 def test_lock_timeout_none_is_passed_as_wait_forever(tmp_path: Path, filelock_acquires: list[float | None]) -> None:
     store = StatusStore(tmp_path / "status.json", lock_timeout=None, durable=False)
-    store.set("c", "k", 1)
+    with deadline():
+        store.set("c", "k", 1)
     assert filelock_acquires and all(t is not None and t < 0 for t in filelock_acquires)
 
 
@@ -285,7 +300,7 @@ def test_lock_timeout_zero_tries_once(tmp_path: Path) -> None:
     with held_by_another_process(path):
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("c", "k", 2)
-        assert str(info.value) == process_message(path, 0)
+        assert str(info.value) == _workers.process_message(path, 0)
     assert read(path)["c"] == {"k": 1}
 
 
@@ -294,7 +309,8 @@ def test_huge_lock_timeout_works_like_none(tmp_path: Path, huge: float) -> None:
     """Accepted at open (a number >= 0), so a write must not fail with a raw OverflowError."""
     path = tmp_path / "status.json"
     store = StatusStore(path, lock_timeout=huge, durable=False)
-    store.set("c", "k", 1)
+    with deadline():
+        store.set("c", "k", 1)
     assert read(path)["c"] == {"k": 1}
 
 

@@ -561,7 +561,7 @@ def test_symlinked_status_file_is_followed(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(_atomic, "open_temp", open_temp)
     assert local(link).target == str(target)
-    assert local(link).lock_path == str(target) + ".lock"
+    assert local(link).lock_file == str(target) + ".lock"
     store = StatusStore(link)
     assert store.path == str(link)
     assert store.get("Walker", "lesson") == 1

@@ -382,6 +382,8 @@ def test_a_loaded_file_keeps_foreign_metadata_fields(path: Path) -> None:
     assert doc["metadata"] == {"stats_format_version": STATUS_FORMAT_VERSION, "mlagents_version": "0.30",
                                "trainstatus_version": __version__, "torch_version": "2.1"}
     assert list(doc) == ["Walker", "metadata"]
+    store.clear()  # starts the document over: only this store's own metadata stays
+    assert read(path) == {"metadata": meta(torch_version="2.1")}
 
 
 # -- transactions ----------------------------------------------------------------------------

@@ -40,17 +40,23 @@ class PathLock:
         self._file_lock = filelock.FileLock(lock_path, thread_local=False)
 
     @contextmanager
-    def hold(self, timeout: float | None, *, path: str) -> Iterator[None]:
+    def hold(self, timeout: float | None, *, path: str, configured: float | None = None) -> Iterator[None]:
+        """Hold the lock, waiting at most ``timeout`` s (None: forever).
+
+        ``configured`` is the caller's whole ``lock_timeout``, for the message, when ``timeout`` is
+        what is left of it.
+        """
+        shown = timeout if configured is None else configured
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._mutex.acquire(timeout=-1 if timeout is None else timeout):
-            raise self._timeout(timeout, path, None)
+            raise self._timeout(shown, path, None)
         try:
             if self._depth == 0:
                 remaining = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
                     self._file_lock.acquire(timeout=remaining)
                 except filelock.Timeout as exc:
-                    raise self._timeout(timeout, path, exc) from exc
+                    raise self._timeout(shown, path, exc) from exc
                 except OSError as exc:  # cannot create or open the lock file
                     raise TrainingStatusWriteError(
                         f"Could not lock {path}: cannot open the lock file {self.lock_path}: "
@@ -73,8 +79,7 @@ class PathLock:
         who = "another process" if exc is not None else "another thread of this process"
         return TrainingStatusLockTimeout(
             f"Could not lock {path} within {timeout} s: {who} holds {self.lock_path} (a write or an "
-            "open transaction). Let it finish, or open the store with a longer lock_timeout=; "
-            "`trainstatus check` shows who holds it.",
+            "open transaction). Let it finish, or open the store with a longer lock_timeout=.",
             path=path,
             lock_file=self.lock_path,
         )

@@ -30,6 +30,7 @@ class Storage:
     """The seam between the store and where its document is kept."""
 
     location: str
+    lock_file: str | None = None  # what ``lock`` takes, for messages; None where nothing is
 
     def read(self) -> bytes | None:
         """The stored document's bytes, or None when there is none; remembers this version."""
@@ -43,8 +44,11 @@ class Storage:
         """Replace the stored document (the caller holds ``lock``); remembers the new version."""
         raise NotImplementedError
 
-    def lock(self, timeout: float | None) -> ContextManager[None]:
-        """Exclude every other writer of this document while held; reentrant per thread."""
+    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
+        """Exclude every other writer of this document while held; reentrant per thread.
+
+        Waits at most ``timeout`` s; ``configured`` is the whole ``lock_timeout`` for messages.
+        """
         raise NotImplementedError
 
     def move_aside(self) -> str:
@@ -79,7 +83,7 @@ class Memory(Storage):
     def replace(self, data: bytes) -> None:
         self._data = data
 
-    def lock(self, timeout: float | None) -> ContextManager[None]:
+    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
         return contextlib.nullcontext()
 
     def move_aside(self) -> str:  # pragma: no cover - a document this store wrote is never damaged
@@ -148,7 +152,7 @@ class LocalFile(Storage):
         return self._target
 
     @property
-    def lock_path(self) -> str:
+    def lock_file(self) -> str:  # type: ignore[override]  # a read-only view of the base attribute
         return self._target + ".lock"
 
     # -- reading -------------------------------------------------------------------------------
@@ -219,12 +223,12 @@ class LocalFile(Storage):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def lock(self, timeout: float | None) -> ContextManager[None]:
+    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
         if self._lock_generation != _locking.generation or self._path_lock is None:
-            self._path_lock = _locking.lock_for(self.lock_path)
+            self._path_lock = _locking.lock_for(self.lock_file)
             self._lock_generation = _locking.generation
         self._ensure_directory()
-        return self._path_lock.hold(timeout, path=self.location)
+        return self._path_lock.hold(timeout, path=self.location, configured=configured)
 
     def _ensure_directory(self) -> None:
         if self._directory_ready:

@@ -16,6 +16,7 @@ import enum
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -141,6 +142,8 @@ class StatusStore:
     ) -> None:
         if lock_timeout is not None and not lock_timeout >= 0:
             raise ValueError(f"lock_timeout must be a number of seconds >= 0 or None, not {lock_timeout!r}")
+        if lock_timeout is not None and lock_timeout > threading.TIMEOUT_MAX:
+            lock_timeout = None  # longer than the platform can wait for (inf included): forever
         self._storage = storage
         self._location = storage.location
         self._resume = resume
@@ -148,6 +151,8 @@ class StatusStore:
         self._strict = strict
         self._allow_downgrade = allow_downgrade
         self._mutex = threading.RLock()
+        self._guard_depth = 0  # guarded by _mutex
+        self._deadline: float | None = None  # of the outermost guarded call; guarded by _mutex
         self._pending: dict[tuple[str, str], Entry | None] = {}
         self._save_requested = False
         self._fresh_metadata = False  # clear() pending: write only this store's own metadata
@@ -268,7 +273,7 @@ class StatusStore:
             stack.enter_context(self._guard())
             outer = self._tx_depth == 0
             if outer:
-                stack.enter_context(self._storage.lock(self._lock_timeout))
+                stack.enter_context(self._storage.lock(self._remaining(), configured=self._lock_timeout))
                 self._sync()
                 self._tx_owner = threading.get_ident()
                 self._tx_generation = _locking.generation
@@ -384,7 +389,7 @@ class StatusStore:
         if not locked:
             # Keep it aside under the lock, after reading again: another process may have moved
             # or rewritten it meanwhile.
-            with self._storage.lock(self._lock_timeout):
+            with self._storage.lock(self._lock_timeout if initial else self._remaining(), configured=self._lock_timeout):
                 self._load(initial=initial, locked=True)
             return
         try:
@@ -435,14 +440,20 @@ class StatusStore:
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
-        timeout = -1 if self._lock_timeout is None else self._lock_timeout
-        if not self._mutex.acquire(timeout=timeout):
+        """Hold this store's mutex; ``lock_timeout`` counts from here for the whole call."""
+        timeout = self._lock_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._mutex.acquire(timeout=-1 if timeout is None else timeout):
             raise TrainingStatusLockTimeout(
-                f"Could not use {self._location} within {self._lock_timeout} s: another thread of "
-                "this process holds a transaction on this store. Let it finish, or open the store "
-                "with a longer lock_timeout=.",
+                f"Could not use {self._location} within {timeout} s: another thread of this "
+                "process is using this store (a transaction, or a write waiting for the lock). "
+                "Let it finish, or open the store with a longer lock_timeout=.",
                 path=self._location,
+                lock_file=self._storage.lock_file,
             )
+        if self._guard_depth == 0:
+            self._deadline = deadline
+        self._guard_depth += 1
         try:
             if self._closed:
                 raise TrainingStatusError(
@@ -457,7 +468,14 @@ class StatusStore:
                 )
             yield
         finally:
+            self._guard_depth -= 1
             self._mutex.release()
+
+    def _remaining(self) -> float | None:
+        """Seconds left of the current call's ``lock_timeout`` (guard held)."""
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
 
     def _end_transaction(self) -> None:
         self._pending.clear()
@@ -474,7 +492,7 @@ class StatusStore:
 
     def _commit(self) -> None:
         """Write ``_doc`` with ``_pending`` laid over it (guard held; lock taken if not held)."""
-        with self._storage.lock(self._lock_timeout):
+        with self._storage.lock(self._remaining(), configured=self._lock_timeout):
             self._sync()
             if not self._cleaned:
                 self._storage.cleanup()
@@ -505,6 +523,7 @@ class StatusStore:
             self._forked_in_transaction = True
         else:
             self._mutex = threading.RLock()
+            self._guard_depth = 0
 
 
 def _after_fork_in_child() -> None:
