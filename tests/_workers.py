@@ -7,8 +7,6 @@ Each worker reports failures by raising (non-zero exit code) or through the queu
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import os
 import traceback
 from typing import Any
@@ -79,11 +77,3 @@ def try_set(path: str, lock_timeout: float, result: Any) -> None:
         result.put(("error", traceback.format_exc()))
     else:
         result.put(("ok",))
-
-
-def process_message(path: Path, timeout: float) -> str:
-    """The exact TrainingStatusLockTimeout text when another process holds the lock."""
-    return (
-        f"Could not lock {path} within {timeout} s: another process holds {path}.lock (a write or an "
-        "open transaction). Let it finish, or open the store with a longer lock_timeout=."
-    )

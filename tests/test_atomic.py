@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import read_fresh
 from pyfakefs.fake_filesystem_unittest import Patcher
 
 from trainstatus import StatusStore, TrainingStatusWriteError, _atomic
@@ -71,13 +72,6 @@ def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def read_fresh(path: Path | str) -> dict[str, Any]:
-    """What a new store reads from disk."""
-    fresh = StatusStore(path)
-    try:
-        return fresh.to_dict()
-    finally:
-        fresh.close()
 
 
 def inject(mp: pytest.MonkeyPatch, step: str, error: BaseException) -> BaseException:

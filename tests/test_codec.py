@@ -8,7 +8,6 @@ import datetime
 import decimal
 import enum
 import json
-import math
 import os
 import pathlib
 import tempfile
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from _helpers import same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,20 +33,6 @@ DEFAULT_HINT = "store a dict with str keys, a list, str, int, float, bool or Non
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def same(a: Any, b: Any) -> bool:
-    """Exact equality of plain JSON values: NaN equals NaN, types and the sign of zero count,
-    and so does the order of dict keys."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        if math.isnan(a):
-            return math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    return bool(a == b)
 
 
 def enc(value: Any, category: str = "x", key: str = "y", path: str = FAKE_PATH) -> Entry:

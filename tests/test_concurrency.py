@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import process_message
 
 import _workers
 from trainstatus import (
@@ -350,7 +351,7 @@ def test_forked_child_cannot_get_into_the_parents_transaction(tmp_path: Path) ->
             fresh = StatusStore(path, lock_timeout=0.3)
             with pytest.raises(TrainingStatusLockTimeout) as info:
                 fresh.set("child", "k", 1)
-            assert str(info.value) == _workers.process_message(path, 0.3)
+            assert str(info.value) == process_message(path, 0.3)
             assert info.value.lock_file == str(path) + ".lock"
             with pytest.raises(TrainingStatusError) as unusable:
                 store.set("child", "k", 2)  # the inherited store is unusable in the child
@@ -362,7 +363,7 @@ def test_forked_child_cannot_get_into_the_parents_transaction(tmp_path: Path) ->
         run_forked(child, exit_normally=True)
         # The child is gone, having run its exit handlers: the lock must still be ours.
         outcome = try_set_in_new_process(path, 0.3)
-        assert outcome == ("timeout", str(path) + ".lock", _workers.process_message(path, 0.3), True)
+        assert outcome == ("timeout", str(path) + ".lock", process_message(path, 0.3), True)
         assert read(path)["parent"] == {"before": 1}
     doc = read(path)
     assert doc["parent"] == {"before": 1, "in_tx": 2}
@@ -397,7 +398,7 @@ def test_fork_while_another_thread_holds_the_lock(tmp_path: Path) -> None:
             with pytest.raises(TrainingStatusLockTimeout) as info:
                 fresh.set("child", "k", 1)
             # Waiting on the parent's flock, not stuck on an inherited thread lock.
-            assert str(info.value) == _workers.process_message(path, 0.3)
+            assert str(info.value) == process_message(path, 0.3)
 
         run_forked(child)
     finally:

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import pytest
+from _helpers import same
 
 from trainstatus import (
     StatusStore,
@@ -31,19 +32,6 @@ NAN = float("nan")
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def same(a: Any, b: Any) -> bool:
-    """Exact equality of plain JSON values: NaN equals NaN, types and dict key order count."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        if math.isnan(a):
-            return math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    return bool(a == b)
 
 
 def write(directory: pathlib.Path, data: bytes, name: str = "status.json") -> pathlib.Path:

@@ -16,6 +16,7 @@ from typing import Any
 
 import filelock
 import pytest
+from _helpers import process_message
 
 import _workers
 from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout
@@ -150,7 +151,7 @@ def test_lock_excludes_another_process(tmp_path: Path) -> None:
         assert isinstance(error, TrainingStatusError)
         assert error.lock_file == str(path) + ".lock"
         assert error.path == str(path)
-        assert str(error) == _workers.process_message(path, 0.3)
+        assert str(error) == process_message(path, 0.3)
         assert isinstance(error.__cause__, filelock.Timeout)
         with pytest.raises(TrainingStatusLockTimeout):
             with store.transaction():
@@ -300,7 +301,7 @@ def test_lock_timeout_zero_tries_once(tmp_path: Path) -> None:
     with held_by_another_process(path):
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("c", "k", 2)
-        assert str(info.value) == _workers.process_message(path, 0)
+        assert str(info.value) == process_message(path, 0)
     assert read(path)["c"] == {"k": 1}
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import read_fresh
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _storage
 from trainstatus._storage import LocalFile, Memory, Storage
@@ -45,12 +46,6 @@ def replace_by_hand(path: Path, data: bytes) -> None:
     os.replace(other, path)
 
 
-def read_fresh(path: Path | str) -> dict[str, Any]:
-    fresh = StatusStore(path)
-    try:
-        return fresh.to_dict()
-    finally:
-        fresh.close()
 
 
 def assert_closed(fd: int) -> None:
