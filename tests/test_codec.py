@@ -555,3 +555,57 @@ def test_property_store_round_trip_of_a_whole_document(document: dict[str, dict[
             got = reader.to_dict()
         assert got.pop("metadata") == {"stats_format_version": "0.3.0", "trainstatus_version": "0.1.0"}
         assert same(got, document)
+
+
+# -- values that hide a non-finite float or bypass the encoder ----------------------------------
+
+
+@dataclasses.dataclass
+class Holder:
+    t: tuple[float, float]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (np.array([Holder((1.0, float("nan")))], dtype=object), [{"t": [1.0, NAN]}]),
+        (np.array([float("nan"), "x"], dtype=object), [NAN, "x"]),
+        (np.array([(float("inf"), 2)], dtype=[("a", "f8"), ("b", "i4")]), [[INF, 2]]),
+    ],
+    ids=["dataclass_in_object_array", "mixed_object_array", "structured_array"],
+)
+def test_non_finite_floats_inside_object_and_record_arrays_survive(tmp_path: pathlib.Path, value: Any, expected: Any) -> None:
+    target = tmp_path / "status.json"
+    with StatusStore(target) as store:
+        store.set("c", "k", value)
+        assert same(store.get("c", "k"), expected)
+    with StatusStore(target) as fresh:
+        assert same(fresh.get("c", "k"), expected)
+
+
+def test_an_orjson_fragment_is_refused_before_anything_is_written(tmp_path: pathlib.Path) -> None:
+    import orjson
+
+    target = tmp_path / "status.json"
+    with StatusStore(target) as store:
+        store.set("wall", "lesson_num", 4)
+        before = target.read_bytes()
+        with pytest.raises(TrainingStatusTypeError) as info:
+            store.set("Walker", "note", orjson.Fragment(b'{"unterminated'))
+        assert str(info.value) == (
+            f"Cannot store Walker/note in {target}: an orjson.Fragment is written verbatim and cannot "
+            "be checked; store the value itself (orjson.loads(fragment.contents)) instead. Nothing "
+            "was written."
+        )
+        assert target.read_bytes() == before
+        assert store.get("Walker", "note") is None
+
+
+def test_a_lone_surrogate_in_a_dict_key_is_a_value_error() -> None:
+    with pytest.raises(TrainingStatusValueError) as info:
+        enc({"ok": {"bad\ud800": 1}})
+    assert str(info.value) == (
+        f"Cannot store x/y['ok'] in {FAKE_PATH}: the dict key 'bad\\ud800' holds a lone surrogate, "
+        "which UTF-8 cannot encode; clean it (e.g. key.encode('utf-8', 'replace').decode()). "
+        "Nothing was written."
+    )

@@ -385,8 +385,9 @@ def test_empty_category_loads_and_is_kept(tmp_path: pathlib.Path) -> None:
 
 def version_message(target: pathlib.Path, shown: str, newer: bool) -> str:
     if newer:
-        advice = ("it is read, but writing to it raises an error unless the store is opened with "
-                  "allow_downgrade=True; upgrade trainstatus to keep what it holds")
+        advice = ("it is read as far as this version understands it, but writing to it raises an "
+                  "error unless the store is opened with allow_downgrade=True; upgrade trainstatus "
+                  "to keep what it holds")
     else:
         advice = "it is read as this version and rewritten in it on the next write"
     return f"{target} has format version {shown}, this trainstatus writes '0.3.0'; {advice}."
@@ -529,3 +530,29 @@ def test_matching_registered_metadata_is_silent(tmp_path: pathlib.Path) -> None:
     with open_quietly(write(tmp_path, MLAGENTS), metadata={"torch_version": "2.2.2", "new_field": "x"}) as store:
         assert store.get("metadata", "torch_version") == "2.2.2"
         assert store.get("metadata", "new_field") == "x"
+
+
+def test_a_newer_format_with_a_new_layout_is_not_called_damaged(tmp_path: pathlib.Path) -> None:
+    # A newer format may hold top-level entries that are not objects: they are skipped, never
+    # kept aside as damage, and writing stays refused, so nothing of them is lost.
+    original = json.dumps({"Walker": {"lesson_num": 2}, "sessions": ["a", "b"],
+                           "metadata": {"stats_format_version": "1.0.0"}}).encode()
+    target = write(tmp_path, original)
+    with pytest.warns(TrainingStatusVersionWarning):
+        store = StatusStore(target)
+    assert store.get("Walker", "lesson_num") == 2
+    with pytest.raises(TrainingStatusVersionError):
+        store.set("Walker", "lesson_num", 3)
+    assert target.read_bytes() == original
+    assert [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name] == []
+
+
+def test_a_loaded_value_too_deep_for_json_to_write_back_is_damage_not_a_crash(tmp_path: pathlib.Path) -> None:
+    depth = 990  # orjson reads it (limit 1024); Python's json cannot write it back
+    original = ('{"a": {"k": ' + "[" * depth + "]" * depth + '}, "metadata": {"stats_format_version": "0.3.0"}}').encode()
+    target = write(tmp_path, original)
+    with pytest.warns(TrainingStatusCorruptWarning, match="nested too deeply"):
+        store = StatusStore(target)
+    assert store.to_dict() == {"metadata": store.to_dict()["metadata"]}
+    kept = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    assert len(kept) == 1 and kept[0].read_bytes() == original

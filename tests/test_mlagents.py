@@ -708,3 +708,43 @@ def test_values_mlagents_stores_round_trip_with_their_types(tmp_path: Path) -> N
     assert same(on_disk["Walker"]["checkpoints"], got)
     assert on_disk["SoccerTwos?team=0"] == {"elo": 1278.4}
     assert type(on_disk["wall_height"]["lesson_num"]) is int
+
+
+@pytest.mark.parametrize("call", ["load_state", "start_fresh", "save_state"])
+def test_resume_is_the_calls_to_say_not_an_option(tmp_path: Path, call: str) -> None:
+    with pytest.raises(TypeError, match="resume is implied by the call"):
+        getattr(GlobalTrainingStatus, call)(tmp_path / "s.json", resume=True)
+    GlobalTrainingStatus.start_fresh(tmp_path / "s.json", metadata={"torch_version": "2.2.2"})
+    GlobalTrainingStatus.set_parameter_state("w", StatusType.LESSON_NUM, 1)
+    GlobalTrainingStatus.load_state(tmp_path / "s.json")  # reused options carry no resume
+    GlobalTrainingStatus.set_parameter_state("w", StatusType.LESSON_NUM, 2)
+    assert read_json(tmp_path / "s.json")["metadata"]["torch_version"] == "2.2.2"
+    assert read_json(tmp_path / "s.json")["w"] == {"lesson_num": 2}
+
+
+def test_sets_from_a_thread_never_hit_a_store_closed_by_a_concurrent_rebinding(tmp_path: Path) -> None:
+    import threading
+
+    GlobalTrainingStatus.start_fresh(tmp_path / "a.json", durable=False)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def setter() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                GlobalTrainingStatus.set_parameter_state("w", StatusType.LESSON_NUM, n)
+            except BaseException as exc:  # pragma: no cover - the failure being tested
+                errors.append(exc)
+
+    thread = threading.Thread(target=setter)
+    thread.start()
+    try:
+        for i in range(40):
+            GlobalTrainingStatus.save_state(tmp_path / ("a.json" if i % 2 else "b.json"))
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert errors == []

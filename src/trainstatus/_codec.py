@@ -25,7 +25,7 @@ import orjson
 
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
 
-__all__ = ["Entry", "decode", "encode_loaded", "encode_value", "parse_document", "render"]
+__all__ = ["Entry", "check_name", "decode", "encode_loaded", "encode_value", "parse_document", "render"]
 
 _OPTIONS = orjson.OPT_INDENT_2
 # With OPT_SERIALIZE_NUMPY orjson imports numpy on meeting a type it does not know (a set, a float
@@ -85,6 +85,13 @@ def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
 
     Nothing about the store changes here, so an error leaves memory and disk untouched.
     """
+    if type(value) is orjson.Fragment:  # orjson would paste its bytes into the file unchecked
+        raise TrainingStatusTypeError(
+            f"Cannot store {category}/{key} in {path}: an orjson.Fragment is written verbatim and "
+            "cannot be checked; store the value itself (orjson.loads(fragment.contents)) instead. "
+            "Nothing was written.",
+            path=path, category=category, key=key,
+        )
     try:
         raw = orjson.dumps(value, default=_default, option=_options())
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
@@ -128,7 +135,24 @@ def parse_document(data: bytes) -> Any:
 
 
 def _key_bytes(name: str) -> bytes:
-    return orjson.dumps(name)
+    try:
+        return orjson.dumps(name)
+    except TypeError:  # a lone surrogate in a name read from a file: keep it, escaped
+        return json.dumps(name).encode("ascii")
+
+
+def check_name(name: str, what: str, location: str) -> None:
+    """Refuse a category or key name that UTF-8 cannot encode (a lone surrogate)."""
+    if name.isascii():
+        return
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TrainingStatusValueError(
+            f"The {what} {name!r} for {location} holds a lone surrogate, which UTF-8 cannot "
+            "encode; clean it (e.g. name.encode('utf-8', 'replace').decode()). Nothing was written.",
+            path=location,
+        ) from None
 
 
 def render(document: Mapping[str, Mapping[str, Entry]]) -> bytes:
@@ -185,8 +209,8 @@ class _Plain:
             }
         if isinstance(value, float):
             return self(float(value))
-        if isinstance(value, (bool, int)):
-            return int(value) if not isinstance(value, bool) else bool(value)
+        if isinstance(value, int):  # int subclasses (bool itself was handled above)
+            return int(value)
         if isinstance(value, str):
             return str(value)
         numpy = sys.modules.get("numpy")
@@ -199,6 +223,8 @@ class _Plain:
         # The same numbers and text orjson writes for numpy values (float32 in its shortest form,
         # datetime64 as orjson formats it), with the non-finite floats orjson turned into null put
         # back from the array.
+        if value.dtype.kind in "OV":  # objects and records may hold anything: walk them
+            return self(value.tolist())
         plain = orjson.loads(orjson.dumps(value, default=_default, option=_NUMPY_OPTIONS))
         if value.dtype.kind != "f":
             return plain
@@ -291,6 +317,12 @@ def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] |
                     "an Enum)",
                     True,
                 )
+            if not k.isascii():
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError:
+                    return (where, f"the dict key {k!r} holds a lone surrogate, which UTF-8 cannot "
+                            "encode; clean it (e.g. key.encode('utf-8', 'replace').decode())", False)
             found = _find_problem(v, f"{where}[{k!r}]", depth + 1)
             if found:
                 return found

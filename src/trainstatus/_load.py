@@ -44,6 +44,7 @@ class Corrupt(Exception):
 class Document:
     categories: dict[str, dict[str, Entry]]
     metadata: dict[str, Any] | None  # None: the file has no metadata block
+    skipped: list[str] = dataclasses.field(default_factory=list)  # newer-format entries not read
 
 
 def _kind(value: Any) -> str:
@@ -64,17 +65,28 @@ def load_document(data: bytes) -> Document:
         raise Corrupt(f"it is not valid JSON ({exc})") from None
     if not isinstance(parsed, dict):
         raise Corrupt(f"its top level is {_kind(parsed)}, not an object")
+    found_metadata = parsed.get(METADATA)
+    # A newer format may lay itself out differently: what this version cannot read is skipped,
+    # not called damage, and writing stays refused (see is_newer_format), so nothing is lost.
+    newer = isinstance(found_metadata, dict) and is_newer_format(found_metadata.get("stats_format_version"))
     categories: dict[str, dict[str, Entry]] = {}
     metadata: dict[str, Any] | None = None
+    skipped: list[str] = []
     for name, value in parsed.items():
         if not isinstance(value, dict):
+            if newer:
+                skipped.append(name)
+                continue
             what = "the metadata block" if name == METADATA else f"category {name!r}"
             raise Corrupt(f"{what} is {_kind(value)}, not an object")
         if name == METADATA:
             metadata = value
-        else:
+            continue
+        try:
             categories[name] = {key: encode_loaded(item) for key, item in value.items()}
-    return Document(categories, metadata)
+        except RecursionError:  # deeper than Python's json can write back (orjson read it)
+            raise Corrupt(f"category {name!r} is nested too deeply to be a status file") from None
+    return Document(categories, metadata, skipped)
 
 
 def _version_tuple(version: Any) -> tuple[int, ...] | None:
@@ -128,8 +140,9 @@ def check_metadata(found: Mapping[str, Any] | None, registered: Mapping[str, Any
     version = found.get("stats_format_version")
     if version != STATUS_FORMAT_VERSION:
         if is_newer_format(version):
-            advice = ("it is read, but writing to it raises an error unless the store is opened "
-                      "with allow_downgrade=True; upgrade trainstatus to keep what it holds")
+            advice = ("it is read as far as this version understands it, but writing to it raises "
+                      "an error unless the store is opened with allow_downgrade=True; upgrade "
+                      "trainstatus to keep what it holds")
         else:
             advice = "it is read as this version and rewritten in it on the next write"
         warn(TrainingStatusVersionWarning(

@@ -122,7 +122,7 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
         Values set before binding that the file does not hold are kept and written to it.
         """
         with GlobalTrainingStatus._mutex:
-            options = {**GlobalTrainingStatus._options, **options}
+            options = GlobalTrainingStatus._merged(options)
             store = StatusStore(path, resume=True, **options)
             if _carries_values(GlobalTrainingStatus._store):
                 with store.transaction():
@@ -138,7 +138,7 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
         with ``load_state`` instead. Nothing is written until there is something to write.
         """
         with GlobalTrainingStatus._mutex:
-            options = {**GlobalTrainingStatus._options, **options}
+            options = GlobalTrainingStatus._merged(options)
             store = StatusStore(path, **options)
             existing = [c for c in store.to_dict() if c != StatusType.STATS_METADATA.value]
             if existing and not overwrite:
@@ -168,7 +168,7 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
             if GlobalTrainingStatus._bound and os.path.realpath(current.path) == os.path.realpath(path):
                 current.save()
                 return
-            options = {**GlobalTrainingStatus._options, **options}
+            options = GlobalTrainingStatus._merged(options)
             store = StatusStore(path, **options)
             with store.transaction():
                 store.clear()
@@ -179,7 +179,8 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
     @staticmethod
     def set_parameter_state(category: str, key: StatusType | str, value: Any) -> None:
         """Store ``value``; written to the bound file before returning."""
-        GlobalTrainingStatus._store.set(category, key, value)
+        with GlobalTrainingStatus._mutex:  # never into a store a concurrent rebinding closes
+            GlobalTrainingStatus._store.set(category, key, value)
 
     @staticmethod
     def get_parameter_state(category: str, key: StatusType | str) -> Any:
@@ -195,6 +196,13 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
             GlobalTrainingStatus._store = _memory_store()
             GlobalTrainingStatus._bound = False
             GlobalTrainingStatus._options = {}
+
+    @staticmethod
+    def _merged(options: dict[str, Any]) -> dict[str, Any]:
+        """The previous binding's options overridden by these; ``resume`` is the call's to say."""
+        if "resume" in options:
+            raise TypeError("resume is implied by the call: load_state resumes, start_fresh and save_state do not")
+        return {**GlobalTrainingStatus._options, **options}
 
     @staticmethod
     def _install(store: StatusStore, options: dict[str, Any]) -> None:
