@@ -215,7 +215,10 @@ def assert_error(exc: TrainingStatusWriteError, injected: OSError, path: Path, s
 
 @pytest.mark.parametrize("err", ERRNOS, ids=errno_id)
 @pytest.mark.parametrize("step", BEFORE_RENAME)
-def test_store_set_fault_before_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, err: int) -> None:
+def test_store_set_fault_before_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, err: int, reliability: Any
+) -> None:
+    reliability.add("faults", 1, source="test_atomic.py")
     path = tmp_path / "status.json"
     store, before = store_with_old_value(path)
     with monkeypatch.context() as mp:
@@ -237,7 +240,10 @@ def test_store_set_fault_before_rename(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("err", ERRNOS, ids=errno_id)
-def test_store_set_directory_sync_fault_keeps_new_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+def test_store_set_directory_sync_fault_keeps_new_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int, reliability: Any
+) -> None:
+    reliability.add("faults", 1, source="test_atomic.py")
     path = tmp_path / "status.json"
     store, _ = store_with_old_value(path)
     with monkeypatch.context() as mp:

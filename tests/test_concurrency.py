@@ -157,13 +157,15 @@ def try_set_in_new_process(path: Path, lock_timeout: float) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize(("sets", "durable"), [(200, False), (25, True)])
-def test_processes_lose_no_key_and_no_increment(tmp_path: Path, sets: int, durable: bool) -> None:
+def test_processes_lose_no_key_and_no_increment(tmp_path: Path, sets: int, durable: bool, reliability: Any) -> None:
     path = tmp_path / "status.json"
     start = SPAWN.Event()
     processes = [SPAWN.Process(target=_workers.counting_worker, args=(str(path), w, sets, durable, start))
                  for w in range(4)]
     run_processes(processes, start)
     assert_counting_result(path, 4, sets)
+    reliability.add("concurrent_writers", 4, source="test_concurrency.py")
+    reliability.add("concurrent_sets", 4 * sets * 2, source="test_concurrency.py")  # own key + increment
     # No temp file left behind by any writer.
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, path.name + ".lock"])
 

@@ -129,7 +129,8 @@ def test_mlagents_file_rewrite_keeps_nan_and_foreign_metadata(tmp_path: pathlib.
         assert same(categories(again), rewritten)
 
 
-def test_every_truncation_of_the_mlagents_file(tmp_path: pathlib.Path) -> None:
+def test_every_truncation_of_the_mlagents_file(tmp_path: pathlib.Path, reliability: Any) -> None:
+    reliability.add("damaged_files", len(MLAGENTS), source="test_load.py")
     target = tmp_path / "status.json"
     for length in range(len(MLAGENTS)):
         prefix = MLAGENTS[:length]
@@ -177,12 +178,14 @@ def test_every_truncation_of_the_mlagents_file(tmp_path: pathlib.Path) -> None:
         pytest.param(b"\x00" * 64, None, id="nul_bytes"),
     ],
 )
-def test_damaged_file_is_kept_aside(tmp_path: pathlib.Path, data: bytes, reason: str | None) -> None:
+def test_damaged_file_is_kept_aside(tmp_path: pathlib.Path, data: bytes, reason: str | None, reliability: Any) -> None:
+    reliability.add("damaged_files", 1, source="test_load.py")
     assert_corrupt_open(write(tmp_path, data), data, reason)
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_random_bytes_are_kept_aside(tmp_path: pathlib.Path, seed: int) -> None:
+def test_random_bytes_are_kept_aside(tmp_path: pathlib.Path, seed: int, reliability: Any) -> None:
+    reliability.add("damaged_files", 1, source="test_load.py")
     rng = random.Random(seed)
     data = rng.randbytes(rng.randrange(1, 4096))
     assert_corrupt_open(write(tmp_path, data), data, None)

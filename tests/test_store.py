@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+import trainstatus
 import trainstatus._atomic
 from trainstatus import (
     STATUS_FORMAT_VERSION,
@@ -614,3 +615,94 @@ def test_metadata_option_is_written_and_own_fields_are_refused(path: Path) -> No
         )
         assert (info.value.category, info.value.key) == ("metadata", field)
     assert read(path) == doc
+
+
+# -- found in review -----------------------------------------------------------------------------
+
+
+def test_clear_removes_empty_categories_too(tmp_path: Path) -> None:
+    # ML-Agents' defaultdict leaves empty categories in its files; clear() starts over from {}.
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps({"Walker": {}, "wall": {"lesson_num": 3},
+                                "metadata": {"stats_format_version": "0.3.0", "mlagents_version": "1.1.0"}}))
+    store = StatusStore(path)
+    with store.transaction():
+        store.clear()
+        assert store.to_dict()["metadata"] == {"stats_format_version": "0.3.0", "trainstatus_version": trainstatus.__version__}
+        assert store.get("wall", "lesson_num") is None
+        store.set("wall", "lesson_num", 0)
+    assert read(path) == {"wall": {"lesson_num": 0},
+                          "metadata": {"stats_format_version": "0.3.0", "trainstatus_version": trainstatus.__version__}}
+
+
+def test_clear_rolled_back_with_its_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("wall", "lesson_num", 3)
+    before = path.read_bytes()
+    with pytest.raises(RuntimeError), store.transaction():
+        store.clear()
+        raise RuntimeError
+    assert store.get("wall", "lesson_num") == 3
+    assert path.read_bytes() == before
+
+
+def test_an_interrupt_around_the_rename_never_brings_an_old_value_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("w", "lesson", 1)
+    real = trainstatus._atomic.write_atomic
+
+    def replaced_then_interrupted(*args: Any, **kwargs: Any) -> Any:
+        fd, _ = real(*args, **kwargs)
+        os.close(fd)
+        raise KeyboardInterrupt  # after the rename, before the store learns of it
+
+    monkeypatch.setattr(trainstatus._atomic, "write_atomic", replaced_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.set("w", "lesson", 2)
+    monkeypatch.undo()
+    assert read(path)["w"] == {"lesson": 2}
+    store.set("w", "other", 9)  # must not write lesson 1 back
+    assert read(path)["w"] == {"lesson": 2, "other": 9}
+    assert store.get("w", "lesson") == 2
+
+
+def test_close_inside_a_transaction_is_refused(tmp_path: Path) -> None:
+    store = StatusStore(tmp_path / "status.json")
+    with store.transaction():
+        store.set("a", "k", 1)
+        with pytest.raises(TrainingStatusError) as info:
+            store.close()
+    assert str(info.value) == (
+        f"Cannot close the store on {tmp_path / 'status.json'} inside its transaction; close it "
+        "after the with block."
+    )
+    assert read(tmp_path / "status.json")["a"] == {"k": 1}
+    store.close()
+
+
+@pytest.mark.parametrize("where", ["category", "key"])
+def test_a_lone_surrogate_in_a_name_is_a_value_error(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    names = ("beh\ud800", "k") if where == "category" else ("beh", "k\ud800")
+    with pytest.raises(TrainingStatusValueError) as info:
+        store.set(*names, 1)
+    bad = names[0] if where == "category" else names[1]
+    assert str(info.value) == (
+        f"The {where} {bad!r} for {path} holds a lone surrogate, which UTF-8 cannot encode; clean "
+        "it (e.g. name.encode('utf-8', 'replace').decode()). Nothing was written."
+    )
+    assert not path.exists()
+
+
+def test_a_name_with_a_lone_surrogate_in_a_loaded_file_does_not_block_writes(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps({"beh\udc80": {"lesson_num": 1}, "metadata": {"stats_format_version": "0.3.0"}}))
+    store = StatusStore(path)
+    store.set("other", "k", 2)
+    assert json.loads(path.read_text()) == {
+        "beh\udc80": {"lesson_num": 1}, "other": {"k": 2},
+        "metadata": {"stats_format_version": "0.3.0", "trainstatus_version": trainstatus.__version__},
+    }

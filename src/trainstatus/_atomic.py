@@ -164,13 +164,16 @@ def write_atomic(
             sync_file(fd)
         st = os.fstat(fd)
         pin = os.open(temp, _PIN_FLAGS)
+        # Closed before the rename: close() may report a deferred write error (NFS does), and
+        # then the target must still be untouched.
+        written, fd = fd, -1
+        os.close(written)
         replace(temp, target)
     except BaseException:
         if pin >= 0:
             os.close(pin)
-        discard_temp(fd, temp)
+        discard_temp(fd, temp)  # fd is -1 once closed: discard_temp ignores the EBADF
         raise
-    os.close(fd)
     if durable:
         try:
             sync_directory(directory)

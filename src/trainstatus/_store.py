@@ -7,11 +7,20 @@ inside a transaction. A write, under the lock: if the stored file changed since 
 (another process or store wrote it), re-read it into ``_doc``; lay ``_pending`` over it key by key;
 write that; make it the new ``_doc``. If the write fails, ``_doc`` still is what is on disk and the
 pending change is dropped, so memory always matches the file.
+
+Group commit. A plain ``set`` does not write alone when other threads are setting on the same
+store: its change joins the open ``_Batch``. The first thread to find no write in progress leads:
+it takes the locks, then the batch (every change queued by then, its own included), writes it once
+and hands the outcome to every thread whose change it carried. So each ``set`` still returns only
+after a write holding its change is durable, and raises if that write failed. A thread whose change
+is still queued when its ``lock_timeout`` runs out takes it back and raises; once taken, a change
+is written (the leader holds every lock by then) and its thread waits for the outcome.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import enum
 import logging
 import os
@@ -22,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from . import _locking
-from ._codec import Entry, decode, encode_loaded, encode_value, render
+from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
 from ._errors import (
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
@@ -60,6 +69,46 @@ def _name(value: Any, what: str, location: str) -> str:
         f"({value!r}), in {location}.",
         path=location,
     )
+
+
+_Change = tuple[tuple[str, str], Entry]
+
+
+class _Batch:
+    """Changes of several threads' ``set`` calls, written together by one of them (the leader)."""
+
+    __slots__ = ("changes", "done", "error", "taken")
+
+    def __init__(self) -> None:
+        self.changes: list[_Change] = []  # in arrival order: a later set of the same key wins
+        self.taken = False  # the leader holds the locks and is writing it; no change joins or leaves
+        self.done = False
+        self.error: BaseException | None = None
+
+
+def _error_for_waiter(error: BaseException, location: str) -> BaseException:
+    """The failure of a group write as raised in a thread whose change it carried, not the leader.
+
+    Each thread gets its own copy (one exception object raised in several threads at once would
+    collect all their tracebacks); the leader raises the original.
+    """
+    if isinstance(error, Exception):
+        try:
+            twin = copy.copy(error)
+        except Exception:  # noqa: BLE001 - an exception class that cannot be copied: described below
+            twin = None
+        if type(twin) is type(error) and str(twin) == str(error):
+            assert twin is not None
+            twin.__cause__ = error.__cause__
+            twin.__suppress_context__ = error.__suppress_context__
+            return twin
+    failure = TrainingStatusError(
+        f"The write of {location} that carried this change was interrupted in another thread "
+        f"({type(error).__name__}); the change may not be in the file. Set it again.",
+        path=location,
+    )
+    failure.__cause__ = error
+    return failure
 
 
 def _apply(document: Mapping[str, dict[str, Entry]], pending: Mapping[tuple[str, str], Entry | None]) -> dict[str, dict[str, Entry]]:
@@ -152,10 +201,13 @@ class StatusStore:
         self._allow_downgrade = allow_downgrade
         self._mutex = threading.RLock()
         self._guard_depth = 0  # guarded by _mutex
+        self._queue = threading.Condition(threading.Lock())  # guards the three below
+        self._open_batch: _Batch | None = None  # where a set joins; None until a set opens one
+        self._writing = False  # a leader is writing (or waiting for the locks to write)
         self._deadline: float | None = None  # of the outermost guarded call; guarded by _mutex
         self._pending: dict[tuple[str, str], Entry | None] = {}
         self._save_requested = False
-        self._fresh_metadata = False  # clear() pending: write only this store's own metadata
+        self._cleared = False  # clear() pending: start from an empty document, own metadata only
         self._tx_depth = 0
         self._tx_owner: int | None = None
         self._tx_generation = _locking.generation
@@ -212,14 +264,21 @@ class StatusStore:
         """
         category_name, key_name = self._writable(category, key)
         entry = encode_value(value, path=self._location, category=category_name, key=key_name)
-        with self._guard():
-            self._pending[(category_name, key_name)] = entry
-            if self._tx_depth:
+        if self._tx_owner == threading.get_ident():  # only this thread sets it to its own ident
+            if self._tx_depth and not (self._closed or self._forked_in_transaction):
+                # In this thread's transaction, which holds the mutex: the change joins it.
+                self._pending[(category_name, key_name)] = entry
                 return
-            try:
-                self._commit()
-            finally:
-                self._pending.clear()
+            with self._guard():
+                self._pending[(category_name, key_name)] = entry
+                if self._tx_depth:  # joins this thread's transaction
+                    return
+                try:
+                    self._commit()
+                finally:
+                    self._pending.clear()
+            return
+        self._set_grouped(((category_name, key_name), entry))
 
     def delete(self, category: _Name, key: _Name, /) -> bool:
         """Remove ``category``/``key`` and write the file; False (and no write) if it was absent.
@@ -240,10 +299,8 @@ class StatusStore:
         trainstatus version, ``metadata=``), dropping fields a previous writer left there.
         """
         with self.transaction():
-            self._fresh_metadata = True
-            for category, entries in self._view().items():
-                for key in entries:
-                    self._pending[(category, key)] = None
+            self._pending.clear()
+            self._cleared = True
 
     def save(self) -> None:
         """Write the whole document now, even if nothing changed (creates a missing file).
@@ -278,16 +335,16 @@ class StatusStore:
                 self._tx_owner = threading.get_ident()
                 self._tx_generation = _locking.generation
                 stack.callback(self._end_transaction)
-            savepoint = (dict(self._pending), self._save_requested, self._fresh_metadata)
+            savepoint = (dict(self._pending), self._save_requested, self._cleared)
             self._tx_depth += 1
             try:
                 yield self
             except BaseException:
-                self._pending, self._save_requested, self._fresh_metadata = savepoint
+                self._pending, self._save_requested, self._cleared = savepoint
                 raise
             finally:
                 self._tx_depth -= 1
-            if outer and (self._pending or self._save_requested or self._fresh_metadata):
+            if outer and (self._pending or self._save_requested or self._cleared):
                 if self._tx_generation != _locking.generation:
                     raise TrainingStatusError(
                         f"A transaction on {self._location} was opened before this process was "
@@ -307,12 +364,18 @@ class StatusStore:
         """The whole document as a plain dict (a copy), metadata block last."""
         result = {category: {key: decode(entry) for key, entry in entries.items()}
                   for category, entries in self._view().items()}
-        result[METADATA] = {key: decode(entry) for key, entry in self._meta.items()}
+        result[METADATA] = {key: decode(entry) for key, entry in self._meta_view().items()}
         return result
 
     def close(self) -> None:
         """Release the file handle this store keeps; later writes raise. ``get`` still works."""
         with self._guard():
+            if self._tx_depth:
+                raise TrainingStatusError(
+                    f"Cannot close the store on {self._location} inside its transaction; close it "
+                    "after the with block.",
+                    path=self._location,
+                )
             self._closed = True
             self._storage.close()
 
@@ -328,18 +391,28 @@ class StatusStore:
     # -- reading -----------------------------------------------------------------------------
 
     def _lookup(self, category: str, key: str) -> Entry | None:
-        if self._pending and self._tx_owner == threading.get_ident():
+        if (self._pending or self._cleared) and self._tx_owner == threading.get_ident():
             if (category, key) in self._pending:
                 return self._pending[(category, key)]
+            if category == METADATA:
+                return self._meta_view().get(key)
+            if self._cleared:
+                return None
         if category == METADATA:
             return self._meta.get(key)
         entries = self._doc.get(category)
         return None if entries is None else entries.get(key)
 
     def _view(self) -> dict[str, dict[str, Entry]]:
-        if self._pending and self._tx_owner == threading.get_ident():
-            return _apply(self._doc, self._pending)
+        """The document as this thread sees it (its own transaction's changes included)."""
+        if (self._pending or self._cleared) and self._tx_owner == threading.get_ident():
+            return _apply({} if self._cleared else self._doc, self._pending)
         return self._doc
+
+    def _meta_view(self) -> dict[str, Entry]:
+        if self._cleared and self._tx_owner == threading.get_ident():
+            return self._own_metadata
+        return self._meta
 
     def _load(self, *, initial: bool, locked: bool) -> None:
         data = self._storage.read()
@@ -427,8 +500,12 @@ class StatusStore:
     # -- writing -----------------------------------------------------------------------------
 
     def _writable(self, category: _Name, key: _Name) -> tuple[str, str]:
+        if type(category) is str and type(key) is str and category != METADATA and category.isascii() and key.isascii():
+            return category, key  # the common case, without four calls
         category_name = _name(category, "category", self._location)
         key_name = _name(key, "key", self._location)
+        check_name(category_name, "category", self._location)
+        check_name(key_name, "key", self._location)
         if category_name == METADATA:
             raise TrainingStatusValueError(
                 f"Cannot change {METADATA}/{key_name} in {self._location}: the category "
@@ -438,19 +515,95 @@ class StatusStore:
             )
         return category_name, key_name
 
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """Hold this store's mutex; ``lock_timeout`` counts from here for the whole call."""
+    def _set_grouped(self, change: _Change) -> None:
+        """Write ``change`` together with whatever other threads are setting (see the module doc)."""
+        start = time.monotonic()
         timeout = self._lock_timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._mutex.acquire(timeout=-1 if timeout is None else timeout):
-            raise TrainingStatusLockTimeout(
-                f"Could not use {self._location} within {timeout} s: another thread of this "
-                "process is using this store (a transaction, or a write waiting for the lock). "
-                "Let it finish, or open the store with a longer lock_timeout=.",
-                path=self._location,
-                lock_file=self._storage.lock_file,
-            )
+        with self._queue:
+            batch = self._open_batch
+            if batch is None:
+                batch = self._open_batch = _Batch()
+            batch.changes.append(change)
+            while not batch.done:
+                if not self._writing:
+                    self._writing = True  # lead: write this batch
+                    break
+                if batch.taken or timeout is None:
+                    self._queue.wait()
+                    continue
+                remaining = start + timeout - time.monotonic()
+                if remaining <= 0:
+                    self._withdraw(batch, change)
+                    raise self._busy(timeout)
+                self._queue.wait(remaining)
+            else:
+                if batch.error is not None:
+                    raise _error_for_waiter(batch.error, self._location)
+                return
+        try:
+            with self._guard(start), self._storage.lock(self._remaining(), configured=timeout):
+                self._write_batch(batch)
+        except BaseException:
+            if not batch.taken:
+                # Failed before writing (a timeout, a closed store): take our change back and let
+                # a waiting thread try, within its own lock_timeout.
+                with self._queue:
+                    self._withdraw(batch, change)
+                    self._writing = False
+                    self._queue.notify_all()
+            raise
+
+    def _withdraw(self, batch: _Batch, change: _Change) -> None:
+        """Take ``change`` out of a batch not yet taken (``_queue`` held)."""
+        for index, queued in enumerate(batch.changes):
+            if queued is change:
+                del batch.changes[index]
+                break
+        if not batch.changes and self._open_batch is batch:
+            self._open_batch = None
+
+    def _write_batch(self, batch: _Batch) -> None:
+        """Write every change of ``batch`` at once and tell their threads (guard and lock held)."""
+        with self._queue:
+            batch.taken = True
+            if self._open_batch is batch:
+                self._open_batch = None
+        try:
+            for key, entry in batch.changes:
+                self._pending[key] = entry
+            self._write()
+        except BaseException as exc:
+            batch.error = exc
+            raise
+        finally:
+            self._pending.clear()
+            with self._queue:
+                batch.done = True
+                self._writing = False
+                self._queue.notify_all()
+
+    def _busy(self, timeout: float | None) -> TrainingStatusLockTimeout:
+        return TrainingStatusLockTimeout(
+            f"Could not use {self._location} within {timeout} s: another thread of this "
+            "process is using this store (a transaction, or a write waiting for the lock). "
+            "Let it finish, or open the store with a longer lock_timeout=.",
+            path=self._location,
+            lock_file=self._storage.lock_file,
+        )
+
+    @contextlib.contextmanager
+    def _guard(self, start: float | None = None) -> Iterator[None]:
+        """Hold this store's mutex; ``lock_timeout`` counts from ``start`` (default: now) for the
+        whole call."""
+        timeout = self._lock_timeout
+        if timeout is None:
+            deadline = None
+            acquired = self._mutex.acquire()
+        else:
+            deadline = (time.monotonic() if start is None else start) + timeout
+            acquired = self._mutex.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        if not acquired:
+            raise self._busy(timeout)
         if self._guard_depth == 0:
             self._deadline = deadline
         self._guard_depth += 1
@@ -480,7 +633,7 @@ class StatusStore:
     def _end_transaction(self) -> None:
         self._pending.clear()
         self._save_requested = False
-        self._fresh_metadata = False
+        self._cleared = False
         self._tx_owner = None
 
     def _sync(self) -> None:
@@ -493,32 +646,45 @@ class StatusStore:
     def _commit(self) -> None:
         """Write ``_doc`` with ``_pending`` laid over it (guard held; lock taken if not held)."""
         with self._storage.lock(self._remaining(), configured=self._lock_timeout):
-            self._sync()
-            if not self._cleaned:
-                self._storage.cleanup()
-                self._cleaned = True
-            if self._newer_format is not None and not self._allow_downgrade:
-                raise TrainingStatusVersionError(
-                    f"Refusing to write {self._location}: it has format version "
-                    f"{self._newer_format!r}, newer than the {STATUS_FORMAT_VERSION!r} this "
-                    "trainstatus writes, and rewriting it would drop what this version does not "
-                    "understand. Upgrade trainstatus, or open the store with allow_downgrade=True "
-                    f"to rewrite it in format {STATUS_FORMAT_VERSION}.",
-                    path=self._location,
-                    found_version=self._newer_format,
-                )
-            document = _apply(self._doc, self._pending)
-            meta = dict(self._own_metadata) if self._fresh_metadata else self._meta
-            data = render({**document, METADATA: meta})
-            try:
-                self._storage.replace(data)
-            except TrainingStatusWriteError as exc:
-                if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
-                    self._doc, self._meta = document, meta
-                raise
-            self._doc, self._meta = document, meta
+            self._write()
+
+    def _write(self) -> None:
+        """``_commit`` with the lock held."""
+        self._sync()
+        if not self._cleaned:
+            self._storage.cleanup()
+            self._cleaned = True
+        if self._newer_format is not None and not self._allow_downgrade:
+            raise TrainingStatusVersionError(
+                f"Refusing to write {self._location}: it has format version "
+                f"{self._newer_format!r}, newer than the {STATUS_FORMAT_VERSION!r} this "
+                "trainstatus writes, and rewriting it would drop what this version does not "
+                "understand. Upgrade trainstatus, or open the store with allow_downgrade=True "
+                f"to rewrite it in format {STATUS_FORMAT_VERSION}.",
+                path=self._location,
+                found_version=self._newer_format,
+            )
+        document = _apply({} if self._cleared else self._doc, self._pending)
+        meta = dict(self._own_metadata) if self._cleared else self._meta
+        data = render({**document, METADATA: meta})
+        try:
+            self._storage.replace(data)
+        except TrainingStatusWriteError as exc:
+            if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
+                self._doc, self._meta = document, meta
+            raise
+        except BaseException:
+            # Interrupted (Ctrl-C) somewhere around the rename: whether the file changed is
+            # unknown, so the next write reads it again rather than trust memory.
+            self._storage.forget()
+            raise
+        self._doc, self._meta = document, meta
 
     def _after_fork_in_child(self) -> None:
+        # Changes other threads had queued are theirs to write, in the parent.
+        self._queue = threading.Condition(threading.Lock())
+        self._open_batch = None
+        self._writing = False
         if self._tx_depth:
             self._forked_in_transaction = True
         else:

@@ -1,0 +1,143 @@
+"""What both benchmarks share: the machine's description, percentiles, the JSON file, the plot.
+
+Imported by ``write_overhead.py`` and ``concurrency.py``, which run as scripts from any working
+directory (``python benchmarks/write_overhead.py``), so this file sits beside them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import sqlite3
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0-100) of ``samples``; with fewer than 100 samples the
+    p99 is the largest one."""
+    ordered = sorted(samples)
+    if not ordered:
+        raise ValueError("no samples")
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary_us(samples_ns: Sequence[int]) -> dict[str, Any]:
+    """p50 and p99 in microseconds of latencies measured in nanoseconds."""
+    return {
+        "p50_us": round(percentile(samples_ns, 50) / 1000, 2),
+        "p99_us": round(percentile(samples_ns, 99) / 1000, 2),
+        "n": len(samples_ns),
+    }
+
+
+def _first_line(path: str, prefix: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def filesystem_of(path: str) -> dict[str, str]:
+    """The mount holding ``path``: its filesystem type, device and mount point (Linux only)."""
+    best: tuple[int, dict[str, str]] = (-1, {"type": "unknown", "device": "unknown", "mount_point": "unknown"})
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                device, mount_point, fstype = line.split()[:3]
+                mount_point = mount_point.replace("\\040", " ")
+                inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
+                if inside and len(mount_point) > best[0]:
+                    best = (len(mount_point), {"type": fstype, "device": device, "mount_point": mount_point})
+    except OSError:
+        pass
+    return best[1]
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine(directory: str) -> dict[str, Any]:
+    """What the figures depend on: CPU, cores, memory, OS, filesystem, Python and libraries."""
+    memory_kb = _first_line("/proc/meminfo", "MemTotal")
+    return {
+        "cpu": _first_line("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(memory_kb.split()[0]) / 2**20, 1) if memory_kb else None,
+        "os": f"{platform.system()} {platform.release()}",
+        "filesystem": filesystem_of(directory),
+        "directory": directory,
+        "python": platform.python_version(),
+        "trainstatus": _version("trainstatus"),
+        "orjson": _version("orjson"),
+        "filelock": _version("filelock"),
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def describe_machine(info: dict[str, Any]) -> str:
+    fs = info["filesystem"]
+    return (
+        f"{info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB; {info['os']}; "
+        f"{fs['type']} on {fs['device']} ({info['directory']}); Python {info['python']}; "
+        f"trainstatus {info['trainstatus']}, orjson {info['orjson']}, filelock {info['filelock']}, "
+        f"SQLite {info['sqlite']}"
+    )
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def write_json(path: str, report: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+
+
+def matplotlib_pyplot() -> Any:
+    """matplotlib's pyplot with a file-only backend, or None when the ``bench`` extra is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table, first column left-aligned, the others right-aligned."""
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def print_flush(*args: Any) -> None:
+    print(*args)
+    sys.stdout.flush()

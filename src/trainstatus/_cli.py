@@ -1,0 +1,802 @@
+"""The ``trainstatus`` command: look at, fix and check a status file from the shell.
+
+Reading commands (``show``, ``get``, ``check``, ``corrupt list``) read the file's bytes directly
+and change nothing: no store is opened, so a damaged file is not moved aside, no lock is taken and
+no stale temp file is removed. Changing commands (``set``, ``delete``) go through a
+``StatusStore``, so they are locked, atomic and durable like any trainer's write and safe while a
+trainer runs. ``corrupt restore`` writes a kept-aside copy back byte for byte under the same lock
+and with the same write protocol, keeping the file it replaces aside first.
+
+Output: results on stdout; errors as one line ``trainstatus: error: ...`` and library warnings as
+one line ``trainstatus: warning: ...`` on stderr, never a traceback. Exit status: 0 success (a
+sound file for ``check``); 1 ``get``/``delete`` of a key that is not set, or ``check`` found
+warnings; 2 an error (missing, unreadable or damaged file, bad value, reserved category, lock held
+too long, bad usage), or ``check`` found the file corrupt or unreadable.
+
+Importing this module stays cheap: argparse, json and trainstatus itself, never numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno as errno_codes
+import fcntl
+import json
+import math
+import os
+import re
+import stat
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from ._atomic import temp_pattern
+from ._codec import decode, parse_document
+from ._errors import (
+    TrainingStatusError,
+    TrainingStatusLockTimeout,
+    TrainingStatusValueError,
+    TrainingStatusWarning,
+)
+from ._load import (
+    METADATA,
+    STATUS_FORMAT_VERSION,
+    Corrupt,
+    Document,
+    check_metadata,
+    load_document,
+)
+from ._storage import LocalFile
+from ._store import StatusStore
+from ._version import __version__
+
+__all__ = ["main"]
+
+PROG = "trainstatus"
+EXIT_OK = 0
+EXIT_NOT_SET = 1  # get/delete of a key that is not set
+EXIT_WARNINGS = 1  # check: sound, with warnings
+EXIT_ERROR = 2  # check: corrupt or unreadable; every other command: an error
+DEFAULT_LOCK_TIMEOUT = 30.0
+
+_MISSING = object()
+_COPY_STAMP = r"\.corrupt-(\d{8}T\d{6}\.\d{6}Z)(?:-(\d+))?"
+_CMDLINE_MAX = 1000
+
+
+class _Fail(Exception):
+    """A user error: one line on stderr and the exit status ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+# -- small helpers ----------------------------------------------------------------------------
+
+
+def _json(value: Any, *, indent: int | None = None) -> str:
+    """JSON text as Python's json writes it: NaN/Infinity literals, keys in their order."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=True, indent=indent)
+
+
+def _label(name: str) -> str:
+    """A category or key as shown: itself, or JSON-quoted when it would not read as one word."""
+    if name and name.isprintable() and name.strip() == name:
+        return name
+    return _json(name)
+
+
+def _where(category: str, key: str) -> str:
+    return f"{_label(category)}/{_label(key)}"
+
+
+def _plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def _read_bytes(path: str) -> bytes:
+    """The whole file (symlinks followed), or ``OSError``; never blocks on a FIFO."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno_codes.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno_codes.EINVAL, "not a regular file", path)
+        chunks = []
+        while chunk := os.read(fd, max(st.st_size + 1, 65536)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unreadable(path: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"no status file at {path}"
+    if isinstance(exc, IsADirectoryError):
+        return f"cannot read {path}: it is a directory, not a status file"
+    return f"cannot read {path}: {exc.strerror or exc}"
+
+
+def _read_status(path: str) -> bytes:
+    try:
+        return _read_bytes(path)
+    except OSError as exc:
+        raise _Fail(_unreadable(path, exc)) from None
+
+
+def _load(path: str) -> Document:
+    """The parsed document, or a one-line error; changes nothing (a damaged file stays put)."""
+    return _validated(path, _read_status(path))
+
+
+def _validated(path: str, data: bytes) -> Document:
+    try:
+        return load_document(data)
+    except Corrupt as exc:
+        raise _Fail(f"{path} is damaged: {exc.reason}; it was left as it is (`{PROG} check` tells more)") from None
+
+
+def _target(path: str) -> tuple[str, str]:
+    """(directory, name) of the file a store on ``path`` really writes (symlinks resolved)."""
+    return os.path.split(os.path.realpath(path))
+
+
+def _shown_directory(path: str, directory: str) -> str:
+    """How to show files beside ``path``: under the directory as the user wrote it if it is the same."""
+    given = os.path.dirname(path)
+    if os.path.realpath(given or ".") == directory:
+        return given
+    return directory
+
+
+# -- show, get --------------------------------------------------------------------------------
+
+
+def _is_checkpoint_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, dict) and "steps" in item and "file_path" in item for item in value)
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (
+        isinstance(value, float) and math.isnan(value)
+    )
+
+
+def _summary(value: Any) -> str:
+    if _is_checkpoint_list(value):
+        newest = value[-1]
+        if all(_is_number(item["steps"]) for item in value):
+            newest = max(value, key=lambda item: item["steps"])
+        path = newest["file_path"]
+        shown = path if isinstance(path, str) else _json(path)
+        return f"{_plural(len(value), 'checkpoint')}, newest step {_json(newest['steps'])}: {shown}"
+    return _json(value)
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    if args.json:
+        data = _read_status(args.path)
+        _validated(args.path, data)
+        # Everything the file holds, in its order (a newer format's entries included).
+        print(_json(parse_document(data), indent=2))
+        return EXIT_OK
+    document = _load(args.path)
+    check_metadata(document.metadata, {}, location=args.path)  # warnings: one line each on stderr
+    lines = []
+    if document.metadata is None:
+        lines.append("metadata: none (the file has no metadata block)")
+    else:
+        lines.append("metadata:")
+        lines.extend(f"  {_label(field)}: {_json(value)}" for field, value in document.metadata.items())
+    for category, entries in document.categories.items():
+        if not entries:
+            lines.append(f"{_label(category)}: (no keys)")
+            continue
+        lines.append(f"{_label(category)}:")
+        lines.extend(f"  {_label(key)}: {_summary(decode(entry))}" for key, entry in entries.items())
+    for name in document.skipped:
+        lines.append(f"{_label(name)}: (an entry of a newer format, not read by this trainstatus)")
+    if not document.categories and not document.skipped:
+        lines.append("(no categories)")
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    document = _load(args.path)
+    if args.category == METADATA:
+        value = (document.metadata or {}).get(args.key, _MISSING)
+    else:
+        entry = document.categories.get(args.category, {}).get(args.key)
+        value = _MISSING if entry is None else decode(entry)
+    if value is _MISSING:
+        raise _Fail(f"{_where(args.category, args.key)} is not set in {args.path}", EXIT_NOT_SET)
+    print(_json(value, indent=None if args.compact else 2))
+    return EXIT_OK
+
+
+# -- set, delete --------------------------------------------------------------------------------
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _Fail("VALUE is nested too deeply to be stored") from None
+    except ValueError:
+        return text  # not JSON: the text itself
+
+
+def _open_store(path: str, lock_timeout: float) -> StatusStore:
+    return StatusStore(path, lock_timeout=lock_timeout)
+
+
+def _reserved(exc: TrainingStatusValueError, args: argparse.Namespace) -> _Fail | None:
+    """The store's refusal of the ``metadata`` category, in command-line words."""
+    if exc.category != METADATA or exc.key != args.key or args.category != METADATA:
+        return None
+    return _Fail(
+        f"cannot change {_where(METADATA, args.key)} in {args.path}: the category {METADATA!r} is "
+        "the metadata block, which trainstatus and the trainer write; nothing was changed"
+    )
+
+
+def _cmd_set(args: argparse.Namespace) -> int:
+    value = args.value if args.string else _parse_value(args.value)
+    directory, _ = _target(args.path)
+    if not os.path.isdir(directory):
+        raise _Fail(
+            f"cannot create {args.path}: the directory {directory} does not exist; "
+            "create it first (mkdir -p)"
+        )
+    store = _open_store(args.path, args.lock_timeout)
+    try:
+        with store.transaction():
+            created = not os.path.exists(store.path)
+            old = store.get(args.category, args.key, _MISSING)
+            store.set(args.category, args.key, value)
+    except TrainingStatusValueError as exc:
+        raise _reserved(exc, args) or exc
+    finally:
+        store.close()
+    if created:
+        print(f"created {args.path}")
+    before = "(not set)" if old is _MISSING else _json(old)
+    print(f"{_where(args.category, args.key)}: {before} -> {_json(value)}")
+    return EXIT_OK
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.path):
+        raise _Fail(f"no status file at {args.path}")
+    store = _open_store(args.path, args.lock_timeout)
+    try:
+        with store.transaction():
+            old = store.get(args.category, args.key, _MISSING)
+            removed = store.delete(args.category, args.key)
+    except TrainingStatusValueError as exc:
+        raise _reserved(exc, args) or exc
+    finally:
+        store.close()
+    if not removed:
+        raise _Fail(
+            f"{_where(args.category, args.key)} is not set in {args.path}; nothing was changed",
+            EXIT_NOT_SET,
+        )
+    print(f"deleted {_where(args.category, args.key)} (was {_json(old)})")
+    return EXIT_OK
+
+
+# -- the lock: is it held, by whom --------------------------------------------------------------
+
+
+def _cmdline(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    words = [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
+    if not words:
+        return None
+    text = " ".join(words)
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) > _CMDLINE_MAX:
+        text = text[: _CMDLINE_MAX - 3] + "..."
+    return text
+
+
+def _lock_holders(st: os.stat_result) -> list[int]:
+    """Pids holding an exclusive flock on the file of ``st``, from /proc/locks (Linux)."""
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    pids: list[int] = []
+    for line in text.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters have "->" after the number.
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK" or parts[3] != "WRITE":
+            continue
+        try:
+            major, minor, inode = parts[5].split(":")
+            found = (int(major, 16), int(minor, 16), int(inode))
+            pid = int(parts[4])
+        except ValueError:
+            continue
+        if found == want and pid > 0 and pid not in pids:
+            pids.append(pid)
+    return pids
+
+
+def _describe_holders(pids: list[int]) -> str:
+    if not pids:
+        return "another process"
+    described = []
+    for pid in pids:
+        cmdline = _cmdline(pid)
+        described.append(f"pid {pid}" if cmdline is None else f"pid {pid} ({cmdline})")
+    return ", ".join(described)
+
+
+def _lock_state(lock_file: str) -> tuple[str, str]:
+    """("free" | "held" | "unknown", description), without creating or following the lock file."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(lock_file, flags)
+    except FileNotFoundError:
+        return "free", "no lock file yet"
+    except OSError as exc:
+        if exc.errno == errno_codes.ELOOP:
+            return "unknown", f"{lock_file} is a symlink, not followed"
+        return "unknown", f"cannot open {lock_file}: {exc.strerror or exc}"
+    try:
+        try:
+            # Shared: conflicts only with a writer's exclusive lock, and taken for an instant.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "held", _describe_holders(_lock_holders(os.fstat(fd)))
+        except OSError as exc:
+            return "unknown", f"cannot lock {lock_file}: {exc.strerror or exc}"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return "free", "nobody holds it"
+    finally:
+        os.close(fd)
+
+
+def _lock_timeout_message(exc: TrainingStatusLockTimeout, timeout: float) -> str:
+    lock_file = exc.lock_file or f"{exc.path}.lock"
+    try:
+        holder = _describe_holders(_lock_holders(os.stat(lock_file)))
+    except OSError:
+        holder = "another process"
+    return (
+        f"could not lock {exc.path} within {timeout:g} s: {lock_file} is held by {holder}; "
+        "let that write or transaction finish, or pass a longer --lock-timeout"
+    )
+
+
+# -- check ----------------------------------------------------------------------------------------
+
+
+_LEVELS = {"ok": EXIT_OK, "info": EXIT_OK, "warning": EXIT_WARNINGS, "corrupt": EXIT_ERROR, "error": EXIT_ERROR}
+
+
+class _Report:
+    """Findings of ``check``, one line each, and the exit status they add up to."""
+
+    def __init__(self) -> None:
+        self.status = EXIT_OK
+        self.warnings = 0
+
+    def __call__(self, level: str, text: str) -> None:
+        self.status = max(self.status, _LEVELS[level])
+        self.warnings += level == "warning"
+        print(f"{level}: {text}")
+
+
+def _copies(directory: str, name: str) -> list[str]:
+    """Names of the copies of ``name`` kept aside in ``directory``, newest first."""
+    pattern = re.compile(re.escape(name) + _COPY_STAMP)
+    found = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                match = pattern.fullmatch(entry.name)
+                if match:
+                    found.append((match.group(1), int(match.group(2) or 0), entry.name))
+    except OSError:
+        return []
+    return [name for _, _, name in sorted(found, reverse=True)]
+
+
+def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
+    pattern = temp_pattern(name)
+    found = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if pattern.fullmatch(entry.name):
+                    try:
+                        size: int | None = entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        size = None
+                    found.append((entry.name, size))
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    path = args.path
+    report = _Report()
+    directory, name = _target(path)
+    unreadable = False
+    try:
+        data = _read_bytes(path)
+    except OSError as exc:
+        report("error", _unreadable(path, exc))
+        unreadable = True
+    else:
+        try:
+            document = load_document(data)
+        except Corrupt as exc:
+            report("corrupt", exc.reason)
+        else:
+            keys = sum(len(entries) for entries in document.categories.values())
+            report("ok", f"parses as a status document: {_plural(len(document.categories), 'category', 'categories')}, "
+                         f"{_plural(keys, 'key')}, {_plural(len(data), 'byte')}")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                check_metadata(document.metadata, {}, location=path)
+            for warning in caught:
+                report("warning", str(warning.message))
+            if document.skipped:
+                report("info", f"not read by this version (entries of the newer format): "
+                               f"{', '.join(_label(name) for name in document.skipped)}")
+            if not caught:
+                report("ok", f"format version {STATUS_FORMAT_VERSION}")
+
+    lock_file = os.path.join(directory, name) + ".lock"
+    state, detail = _lock_state(lock_file)
+    if state == "held":
+        report("info", f"a write or a transaction is in progress: the lock is held by {detail}")
+    elif state == "free":
+        report("ok", f"the lock is free ({detail})")
+    else:
+        report("info", f"the lock state is unknown: {detail}")
+
+    shown = _shown_directory(path, directory)
+    for temp, size in _temp_files(directory, name):
+        temp_path = os.path.join(shown, temp)
+        size_text = "" if size is None else f" ({_plural(size, 'byte')})"
+        if state == "held":
+            report("info", f"temp file {temp_path}{size_text}: probably the write in progress")
+        else:
+            report("warning", f"temp file {temp_path}{size_text} left by a killed writer; the next "
+                              "store to open or write this file removes it")
+
+    copies = _copies(directory, name)
+    if copies:
+        report("info", f"{_plural(len(copies), 'copy', 'copies')} kept aside "
+                       f"(damaged, or replaced by a restore), newest {os.path.join(shown, copies[0])}; "
+                       f"see `{PROG} corrupt list`")
+
+    if unreadable:
+        verdict = "unreadable"
+    elif report.status == EXIT_ERROR:
+        verdict = "corrupt"
+    elif report.warnings:
+        verdict = f"sound, with {_plural(report.warnings, 'warning')}"
+    else:
+        verdict = "sound"
+    print(f"{path}: {verdict}")
+    return report.status
+
+
+# -- corrupt list, corrupt restore -----------------------------------------------------------------
+
+
+def _cmd_corrupt_list(args: argparse.Namespace) -> int:
+    directory, name = _target(args.path)
+    copies = _copies(directory, name)
+    if not copies:
+        print(f"no copies of {args.path} are kept aside")
+        return EXIT_OK
+    shown = _shown_directory(args.path, directory)
+    rows = []
+    for copy in copies:
+        full = os.path.join(directory, copy)
+        try:
+            data = _read_bytes(full)
+        except OSError as exc:
+            rows.append((os.path.join(shown, copy), "?", f"unreadable: {exc.strerror or exc}"))
+            continue
+        try:
+            document = load_document(data)
+        except Corrupt as exc:
+            state = f"damaged: {exc.reason}"
+        else:
+            keys = sum(len(entries) for entries in document.categories.values())
+            state = f"parses: {_plural(len(document.categories), 'category', 'categories')}, {_plural(keys, 'key')}"
+        rows.append((os.path.join(shown, copy), f"{len(data)} bytes", state))
+    name_width = max(len(row[0]) for row in rows)
+    size_width = max(len(row[1]) for row in rows)
+    for copy_path, size, state in rows:
+        print(f"{copy_path:<{name_width}}  {size:>{size_width}}  {state}")
+    return EXIT_OK
+
+
+def _resolve_copy(path: str, copy: str) -> tuple[str, str]:
+    """(full path, name) of the kept-aside copy ``copy`` of ``path``, or a one-line error."""
+    directory, name = _target(path)
+    candidate = copy if os.sep in copy else os.path.join(directory, copy)
+    copy_name = os.path.basename(candidate)
+    copy_directory = os.path.realpath(os.path.dirname(os.path.abspath(candidate)))
+    if copy_directory != directory or not re.fullmatch(re.escape(name) + _COPY_STAMP, copy_name):
+        raise _Fail(
+            f"{copy} is not a copy of {path} kept aside (expected {name}.corrupt-<time> in "
+            f"{directory}); `{PROG} corrupt list {path}` lists them"
+        )
+    return os.path.join(directory, copy_name), copy_name
+
+
+def _cmd_corrupt_restore(args: argparse.Namespace) -> int:
+    copy_path, copy_name = _resolve_copy(args.path, args.copy)
+    try:
+        data = _read_bytes(copy_path)
+    except FileNotFoundError:
+        raise _Fail(f"no kept-aside copy at {args.copy}") from None
+    except OSError as exc:
+        raise _Fail(_unreadable(args.copy, exc)) from None
+    try:
+        load_document(data)
+    except Corrupt as exc:
+        raise _Fail(
+            f"cannot restore {args.copy}: it does not parse as a status document either "
+            f"({exc.reason}); nothing was changed"
+        ) from None
+    directory, name = _target(args.path)
+    shown = _shown_directory(args.path, directory)
+    storage = LocalFile(os.path.abspath(args.path), durable=True)
+    kept = None
+    try:
+        with storage.lock(args.lock_timeout, configured=args.lock_timeout):
+            current = storage.read()  # also remembers its mode and owner for the new file
+            if current is not None:
+                kept = storage.keep_copy(current)
+            storage.replace(data)  # temp file, fsync, rename, directory fsync (the link too)
+    finally:
+        storage.close()
+    if kept is not None:
+        kept_shown = os.path.join(shown, os.path.basename(kept))
+        print(f"kept the current {args.path} aside as {kept_shown}")
+    print(f"restored {args.path} from {os.path.join(shown, copy_name)} ({_plural(len(data), 'byte')})")
+    if kept is not None:
+        print(f"to undo: {PROG} corrupt restore {args.path} {kept_shown}")
+    return EXIT_OK
+
+
+# -- the parser -----------------------------------------------------------------------------------
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+_TOP_EPILOG = """\
+commands that change the file (set, delete, corrupt restore) take the lock beside it and write
+atomically and durably, like a trainer's own writes; the others only read.
+
+exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: warnings;
+2 an error (missing, unreadable or damaged file, bad value, lock held too long, bad usage),
+check: corrupt or unreadable.
+
+example:
+  trainstatus show results/run1/run_logs/training_status.json
+"""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Look at, fix and check a trainstatus / ML-Agents training_status.json.",
+        epilog=_TOP_EPILOG,
+        formatter_class=_FORMATTER,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    locking = argparse.ArgumentParser(add_help=False)
+    locking.add_argument(
+        "--lock-timeout", type=_seconds, default=DEFAULT_LOCK_TIMEOUT, metavar="SECONDS",
+        help=f"wait at most this long for the lock (default {DEFAULT_LOCK_TIMEOUT:g}) when a "
+             "trainer is writing or in a transaction",
+    )
+
+    def command(name: str, run: Callable[[argparse.Namespace], int], help: str, epilog: str,
+                parents: Sequence[argparse.ArgumentParser] = (), on: Any = commands) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = on.add_parser(
+            name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
+            formatter_class=_FORMATTER, parents=list(parents),
+        )
+        sub.set_defaults(run=run)
+        return sub
+
+    show = command("show", _cmd_show, "print the file grouped by category, metadata first", """\
+checkpoint lists (lists of objects with "steps" and "file_path") are summarised: how many,
+the newest step and its file. Reads only; warns about the format version like a store would.
+
+examples:
+  trainstatus show results/run1/run_logs/training_status.json
+  trainstatus show --json results/run1/run_logs/training_status.json | jq .Walker.final_checkpoint
+""")
+    show.add_argument("path", metavar="PATH", help="the status file")
+    show.add_argument("--json", action="store_true",
+                      help="the whole document as JSON (NaN/Infinity as Python's json writes them; "
+                           "categories in file order, metadata last)")
+
+    get = command("get", _cmd_get, "print one value as JSON", """\
+exit status 1 (with a message on stderr) when the key is not set. The metadata block reads as
+category "metadata".
+
+examples:
+  trainstatus get results/run1/run_logs/training_status.json wall_height lesson_num
+  trainstatus get results/run1/run_logs/training_status.json metadata stats_format_version
+""")
+    get.add_argument("path", metavar="PATH", help="the status file")
+    get.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
+    get.add_argument("key", metavar="KEY")
+    get.add_argument("--compact", action="store_true", help="on one line, without indentation")
+
+    set_ = command("set", _cmd_set, "store one value (locked, atomic, durable)", """\
+VALUE is parsed as JSON (3, 2.5, true, null, NaN, "text", [1, 2], {"steps": 10}); anything that
+is not JSON is stored as the plain string. --string stores VALUE as a string even when it reads
+as JSON. The file is created when absent (its directory must exist). Prints the old and new value.
+A VALUE that starts with "-" (other than a plain negative number) goes after "--".
+
+examples:
+  trainstatus set results/run1/run_logs/training_status.json wall_height lesson_num 2
+  trainstatus set results/run1/run_logs/training_status.json Walker note --string 42
+  trainstatus set results/run1/run_logs/training_status.json SoccerTwos elo -- -Infinity
+""", parents=[locking])
+    set_.add_argument("path", metavar="PATH", help="the status file")
+    set_.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name ('metadata' is reserved)")
+    set_.add_argument("key", metavar="KEY")
+    set_.add_argument("value", metavar="VALUE", help="JSON, or a plain string")
+    set_.add_argument("--string", action="store_true", help="store VALUE as a string, never as JSON")
+
+    delete = command("delete", _cmd_delete, "remove one key (locked, atomic, durable)", """\
+a category whose last key goes is removed too. Exit status 1 (and nothing written) when the key
+is not set.
+
+example:
+  trainstatus delete results/run1/run_logs/training_status.json Walker final_checkpoint
+""", parents=[locking])
+    delete.add_argument("path", metavar="PATH", help="the status file")
+    delete.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
+    delete.add_argument("key", metavar="KEY")
+
+    check = command("check", _cmd_check, "validate the file without changing anything", """\
+one line per finding: whether the file parses as a status document, its format version and
+metadata, whether the lock is held right now (and by which process), temp files left by a killed
+writer, copies kept aside. Nothing is moved, created or locked for longer than an instant.
+
+exit status: 0 sound, 1 warnings, 2 corrupt or unreadable.
+
+example:
+  trainstatus check results/run1/run_logs/training_status.json
+""")
+    check.add_argument("path", metavar="PATH", help="the status file")
+
+    corrupt = command("corrupt", _no_subcommand, "list or restore copies kept aside", """\
+a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and
+starts empty; restore also keeps the file it replaces under such a name.
+
+examples:
+  trainstatus corrupt list results/run1/run_logs/training_status.json
+  trainstatus corrupt restore results/run1/run_logs/training_status.json \\
+      results/run1/run_logs/training_status.json.corrupt-20250101T120000.000000Z
+""")
+    corrupt_commands = corrupt.add_subparsers(dest="corrupt_command", metavar="COMMAND", required=True)
+    listing = command("list", _cmd_corrupt_list, "list the copies kept aside, newest first", """\
+each with its size and whether it parses as a status document (only those can be restored).
+
+example:
+  trainstatus corrupt list results/run1/run_logs/training_status.json
+""", on=corrupt_commands)
+    listing.add_argument("path", metavar="PATH", help="the status file")
+    restore = command("restore", _cmd_corrupt_restore, "put a copy kept aside back in place", """\
+only a copy that parses as a status document is restored, byte for byte, under the lock with the
+atomic write protocol. The current file, if any, is first kept aside under a new
+<file>.corrupt-<UTC time> name, so nothing is lost and the restore can be undone the same way.
+The copy itself stays where it is.
+
+example:
+  trainstatus corrupt restore results/run1/run_logs/training_status.json \\
+      training_status.json.corrupt-20250101T120000.000000Z
+""", parents=[locking], on=corrupt_commands)
+    restore.add_argument("path", metavar="PATH", help="the status file")
+    restore.add_argument("copy", metavar="COPY",
+                         help="the copy, as `corrupt list` prints it or by its name alone")
+    return parser
+
+
+def _no_subcommand(args: argparse.Namespace) -> int:  # pragma: no cover - argparse requires one
+    raise _Fail("a subcommand is required")
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    if issubclass(category, TrainingStatusWarning):
+        print(f"{PROG}: warning: {message}", file=sys.stderr)
+    else:
+        _default_show_warning(message, category, filename, lineno, file, line)
+
+
+_default_show_warning = warnings.showwarning
+
+
+def _describe_os_error(exc: OSError) -> str:
+    if isinstance(exc, TrainingStatusError):
+        return str(exc)
+    if exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (the console script exits with it)."""
+    args = _parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:  # a lone surrogate from a file prints as its \\u escape
+            reconfigure(errors="backslashreplace")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", TrainingStatusWarning)
+        warnings.showwarning = _show_warning
+        try:
+            status: int = args.run(args)
+            sys.stdout.flush()
+            return status
+        except _Fail as exc:
+            _error(exc.message)
+            return exc.code
+        except TrainingStatusLockTimeout as exc:
+            _error(_lock_timeout_message(exc, args.lock_timeout))
+            return EXIT_ERROR
+        except BrokenPipeError:
+            # The reader went away (`trainstatus show ... | head`): stop quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_ERROR
+        except (TrainingStatusError, OSError) as exc:
+            _error(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
+            return EXIT_ERROR
+        except KeyboardInterrupt:
+            return 130

@@ -1,0 +1,92 @@
+"""Suite-wide options and the reliability figures.
+
+``--soak`` makes the crash and concurrency suites long (5,000+ SIGKILLs, more writers).
+
+The ``reliability`` fixture is a session-wide tally: a test that kills writers, checks crash
+states, injects faults, tries damaged files or runs concurrent writers adds what it actually did
+(``reliability.add("kills", n)``). At the end of the run the terminal summary prints the table,
+so the figures in the README come from a command anyone can run:
+
+    python -m pytest tests/test_crash_kill.py tests/test_crash_states.py tests/test_faults_merge.py \
+        tests/test_security.py -q -p no:cacheprovider --no-cov
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+
+# Figure key -> the line printed for it, in the order printed.
+FIGURES = {
+    "kills": "writer processes SIGKILLed at random moments, file checked after each",
+    "kills_mid_write": "  of which left a half-done temp file (killed inside the write protocol)",
+    "kill_sets": "  acknowledged sets by the killed writers, none lost",
+    "crash_states": "power-loss crash states of the real protocol, old-or-new in every one",
+    "broken_checked": "crash states of broken protocols and durable=False checked",
+    "broken_caught": "  of which the checker caught as violations",
+    "faults": "I/O faults injected (OSError at a step or an os call), invariants checked",
+    "damaged_files": "damaged or hostile files opened, bytes never lost",
+    "concurrent_writers": "concurrent writers (threads, stores, processes)",
+    "concurrent_sets": "  sets by those writers, every key and increment found",
+}
+
+
+class Reliability:
+    """What the reliability suites did in this run, added up by the tests that did it."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.sources: dict[str, set[str]] = collections.defaultdict(set)
+
+    def add(self, figure: str, n: int = 1, *, source: str | None = None) -> None:
+        if figure not in FIGURES:
+            raise KeyError(f"unknown reliability figure {figure!r}; add it to conftest.FIGURES")
+        if n < 0:
+            raise ValueError(f"a reliability figure only grows, not by {n}")
+        self.counts[figure] += n
+        if source:
+            self.sources[figure].add(source)
+
+    def lines(self) -> list[str]:
+        rows = [(text, self.counts[key], ", ".join(sorted(self.sources[key])))
+                for key, text in FIGURES.items() if key in self.counts]
+        if not rows:
+            return []
+        width = max(len(text) for text, _, _ in rows)
+        return [f"{text:<{width}}  {count:>8,}  {source}".rstrip() for text, count, source in rows]
+
+
+_KEY = pytest.StashKey[Reliability]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak", action="store_true", default=False,
+        help="long crash/concurrency runs: 5,000+ SIGKILLs and more concurrent writers",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_KEY] = Reliability()
+
+
+@pytest.fixture(scope="session")
+def reliability(request: pytest.FixtureRequest) -> Reliability:
+    return request.config.stash[_KEY]
+
+
+@pytest.fixture(scope="session")
+def soak(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--soak"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    lines = config.stash[_KEY].lines() if _KEY in config.stash else []
+    if not lines:
+        return
+    soak = " (--soak)" if config.getoption("--soak") else ""
+    terminalreporter.write_sep("=", f"reliability figures{soak}")
+    for line in lines:
+        terminalreporter.write_line(line)

@@ -1,0 +1,129 @@
+"""The benchmarks still run: each script's --quick mode, as a subprocess, with its JSON checked.
+
+These are smoke tests so the scripts never rot. They check the shape of the output and that the
+figures are sane (positive, p99 >= p50, ratios computed from the figures shown), never how fast
+anything is: timing thresholds have no place in a test suite run on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_quick(script: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
+    """Run ``script --quick`` writing into ``tmp_path``; its JSON report and stdout."""
+    json_path, plot_path = tmp_path / "report.json", tmp_path / "plot.png"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--json", str(json_path), "--plot", str(plot_path),
+         "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    report = json.loads(json_path.read_text())
+    if HAS_MATPLOTLIB:
+        assert report["plot"] == str(plot_path)
+        assert plot_path.read_bytes().startswith(PNG_MAGIC)
+    else:
+        assert report["plot"] is None and not plot_path.exists()
+        assert "not made (install the bench extra: matplotlib)" in done.stdout
+    assert f"JSON: {json_path}" in done.stdout
+    # Only the report and the plot are left behind: the measuring directory is removed.
+    assert {p.name for p in tmp_path.iterdir()} <= {"report.json", "plot.png"}
+    return report, done.stdout
+
+
+def assert_latency(summary: dict[str, Any]) -> None:
+    assert set(summary) >= {"p50_us", "p99_us", "n"}
+    assert summary["n"] > 0
+    assert 0 < summary["p50_us"] <= summary["p99_us"]
+    assert math.isfinite(summary["p99_us"])
+
+
+def assert_machine(info: dict[str, Any]) -> None:
+    assert info["cores"] >= 1
+    assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert info["filesystem"]["type"]
+    for package in ("trainstatus", "orjson", "filelock"):
+        assert info[package] != "not installed"
+
+
+def test_write_overhead_quick(tmp_path: Path) -> None:
+    report, stdout = run_quick("write_overhead.py", tmp_path)
+    assert report["benchmark"] == "write_overhead" and report["quick"] is True
+    assert_machine(report["machine"])
+    methods = report["methods"]
+    assert list(methods) == ["floor", "set_small", "set_big", "set_nd_small", "set_nd_big", "tx100", "mlagents",
+                             "sqlite_small", "sqlite_big", "get_small", "get_big"]
+    assert report["small_key"] == "wall_height/lesson_num" and report["big_key"] == "Walker/checkpoints"
+    assert list(report["results"]) == list(report["sizes"]) == ["1KB", "32KB"]
+    for size, info in report["sizes"].items():
+        assert 0.5 * info["target_bytes"] <= info["file_bytes"] <= 2 * info["target_bytes"]
+        assert info["checkpoints"] >= 1 and info["rounds"] >= 3
+        results = report["results"][size]
+        assert list(results) == list(methods)
+        for method, summary in results.items():
+            assert_latency(summary)
+            burst = summary["n"] // info["rounds"]
+            assert summary["n"] == info["rounds"] * burst and burst >= 1
+            assert (burst > 1) == method.startswith("get")
+    assert report["sizes"]["1KB"]["checkpoints"] < report["sizes"]["32KB"]["checkpoints"]
+
+    names = {(t["target"], t["size"]) for t in report["targets"]}
+    assert ("durable set / floor (small)", "1KB") in names
+    assert ("durable set / floor (big)", "32KB") in names
+    assert ("durable=False set / ML-Agents save", "1KB") in names
+    assert ("100-set transaction / one set", "32KB") in names
+    assert ("get p50 in us (big)", "32KB") in names
+    for target in report["targets"]:
+        assert isinstance(target["met"], bool)
+        assert target["value"] > 0
+        assert target["met"] == (target["value"] <= target["limit"] if target["comparison"] == "<="
+                                 else target["value"] >= target["limit"])
+    floor_ratio = next(t for t in report["targets"] if t["target"] == "durable set / floor (small)" and t["size"] == "1KB")
+    one_kb = report["results"]["1KB"]
+    assert floor_ratio["value"] == pytest.approx(one_kb["set_small"]["p50_us"] / one_kb["floor"]["p50_us"], rel=1e-2)
+
+    assert report["import"]["trainstatus_ms"] > 0
+    assert report["import"]["numpy_imported"] is False  # heavy imports stay lazy
+
+    for label in methods.values():
+        assert label in stdout
+    assert "targets (issue 4)" in stdout and "import trainstatus:" in stdout
+
+
+def test_concurrency_quick(tmp_path: Path) -> None:
+    report, stdout = run_quick("concurrency.py", tmp_path)
+    assert report["benchmark"] == "concurrency" and report["quick"] is True and report["durable"] is True
+    assert_machine(report["machine"])
+    for kind in ("threads", "processes"):
+        entries = report["results"][kind]
+        assert [e["workers"] for e in entries] == [1, 2, 4, 8]
+        for entry in entries:
+            assert_latency(entry)
+            assert entry["sets"] == entry["n"] > 0  # one latency per acknowledged set
+            assert entry["writes"] >= 1
+            assert entry["sets_per_s"] == pytest.approx(entry["sets"] / entry["seconds"], rel=1e-2)
+            assert entry["speedup"] == pytest.approx(entry["sets_per_s"] / entries[0]["sets_per_s"], rel=1e-2)
+            if kind == "processes":
+                assert entry["sets_per_write"] == 1.0  # no group commit across processes
+            else:
+                assert entry["sets_per_write"] >= 1.0  # a write never carries less than one set
+        assert entries[0]["sets_per_write"] == 1.0  # a single writer has nobody to share with
+    target = report["target"]
+    threads = report["results"]["threads"]
+    assert target["value"] == pytest.approx(threads[-1]["sets_per_s"] / threads[0]["sets_per_s"], rel=1e-2)
+    assert target["met"] == (target["value"] >= 4.0)
+    assert "target (issue 4)" in stdout
