@@ -14,7 +14,7 @@ import os
 import platform
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -141,3 +141,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def print_flush(*args: Any) -> None:
     print(*args)
     sys.stdout.flush()
+
+
+def publish(report: dict[str, Any], json_path: str, rendered: Callable[[dict[str, Any]], str]) -> None:
+    """Write the JSON report, then print the table and where the JSON and the plot went."""
+    write_json(json_path, report)
+    print()
+    print(rendered(report))
+    print()
+    print(f"JSON: {json_path}")
+    print(f"plot: {report['plot'] or 'not made (install the bench extra: matplotlib)'}")

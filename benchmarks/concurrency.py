@@ -29,7 +29,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -289,12 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                    "comparison": ">=", "met": value >= 4.0},
     }
     report["plot"] = None if args.no_plot else plot(report, plot_path)
-    _common.write_json(json_path, report)
-    print()
-    print(render(report))
-    print()
-    print(f"JSON: {json_path}")
-    print(f"plot: {report['plot'] or 'not made (install the bench extra: matplotlib)'}")
+    _common.publish(report, json_path, render)
     return 0
 
 

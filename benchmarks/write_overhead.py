@@ -517,12 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     report["targets"] = targets(report["results"])
     report["import"] = import_cost(3 if args.quick else 15)
     report["plot"] = None if args.no_plot else plot(report, plot_path)
-    _common.write_json(json_path, report)
-    print()
-    print(render(report))
-    print()
-    print(f"JSON: {json_path}")
-    print(f"plot: {report['plot'] or 'not made (install the bench extra: matplotlib)'}")
+    _common.publish(report, json_path, render)
     return 0
 
 

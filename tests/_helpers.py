@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +48,52 @@ def process_message(path: Path, timeout: float) -> str:
         f"Could not lock {path} within {timeout} s: another process holds {path}.lock (a write or an "
         "open transaction). Let it finish, or open the store with a longer lock_timeout=."
     )
+
+
+_HOLDER = """
+import sys, filelock
+lock = filelock.FileLock(sys.argv[1])
+lock.acquire()
+print("locked", flush=True)
+sys.stdin.readline()
+lock.release()
+"""
+
+
+@contextmanager
+def lock_held_by_another_process(lock_path: Path) -> Iterator[None]:
+    """Hold ``lock_path`` with plain filelock in a child until the block ends, then release it."""
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(lock_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    ) as child:
+        assert child.stdout is not None and child.stdin is not None
+        try:
+            assert child.stdout.readline() == "locked\n"
+            yield
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+
+
+def run_threads(targets: list[Callable[[], None]], *, timeout: float = 60.0) -> None:
+    """Run each target in a thread; fail on a hang (past ``timeout`` s) or on any exception."""
+    errors: list[str] = []
+
+    def wrapped(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException:  # reported below
+            errors.append(traceback.format_exc())
+
+    threads = [threading.Thread(target=wrapped, args=(t,), daemon=True) for t in targets]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a worker thread hung (deadlock?)"
+    assert not errors, errors[0]

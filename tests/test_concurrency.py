@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import process_message
+from _helpers import process_message, run_threads
 
 import _workers
 from trainstatus import (
@@ -58,26 +58,6 @@ def run_processes(processes: list[Any], start: Any = None) -> None:
         process.join(5)
     assert not hung, f"{len(hung)} worker process(es) hung (deadlock?)"
     assert [p.exitcode for p in processes] == [0] * len(processes)
-
-
-def run_threads(targets: list[Callable[[], None]]) -> None:
-    """Run each target in a thread; fail on a hang or on any exception in a thread."""
-    errors: list[str] = []
-
-    def wrapped(target: Callable[[], None]) -> None:
-        try:
-            target()
-        except BaseException:  # noqa: BLE001 - reported below
-            errors.append(traceback.format_exc())
-
-    threads = [threading.Thread(target=wrapped, args=(t,), daemon=True) for t in targets]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(t.is_alive() for t in threads), "a worker thread hung (deadlock?)"
-    assert not errors, errors[0]
 
 
 def assert_counting_result(path: Path, workers: int, sets: int) -> None:

@@ -32,7 +32,6 @@ import signal
 import struct
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -42,6 +41,7 @@ from typing import Any
 
 import _workers
 import pytest
+from _helpers import run_threads
 from _helpers import same
 
 from trainstatus import StatusStore
@@ -499,25 +499,6 @@ def test_sigkill_one_of_several_concurrent_writers(tmp_path: Path, server: KillS
 # -- the issue's concurrency numbers --------------------------------------------------------------
 
 
-def run_threads(targets: list[Callable[[], None]]) -> None:
-    errors: list[str] = []
-
-    def wrapped(target: Callable[[], None]) -> None:
-        try:
-            target()
-        except BaseException:  # noqa: BLE001 - reported below
-            errors.append(traceback.format_exc())
-
-    threads = [threading.Thread(target=wrapped, args=(t,), daemon=True) for t in targets]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 4 * TIMEOUT
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(t.is_alive() for t in threads), "a worker thread hung (deadlock?)"
-    assert not errors, errors[0]
-
-
 def assert_every_key_and_count(path: Path, workers: int, sets: int) -> None:
     doc = json.loads(path.read_bytes())
     assert doc[_workers.COUNTER[0]] == {_workers.COUNTER[1]: workers * sets}
@@ -536,7 +517,7 @@ def test_threads_at_the_issues_numbers(tmp_path: Path, layout: str, soak: bool, 
         stores = [store] * threads
     else:
         stores = [StatusStore(path, durable=False) for _ in range(threads)]
-    run_threads([lambda w=w: _workers.work(stores[w], w, sets) for w in range(threads)])
+    run_threads([lambda w=w: _workers.work(stores[w], w, sets) for w in range(threads)], timeout=4 * TIMEOUT)
     assert_every_key_and_count(path, threads, sets)
     stores[0].reload()
     assert stores[0].to_dict() == json.loads(path.read_bytes())

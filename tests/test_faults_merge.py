@@ -25,15 +25,13 @@ import errno
 import json
 import os
 import stat
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import lock_held_by_another_process
 from _crashsim import Call, Hook, Interposer, temp_name_pattern
 from _helpers import process_message, read_fresh
 from pyfakefs.fake_filesystem_unittest import Patcher
@@ -241,34 +239,6 @@ def test_failing_read_at_open(tmp_path: Path, step: str, err: int, reliability: 
 
 
 # -- a lock that cannot be taken ------------------------------------------------------------------
-
-HOLDER = textwrap.dedent(
-    """
-    import sys, filelock
-    lock = filelock.FileLock(sys.argv[1])
-    lock.acquire()
-    print("locked", flush=True)
-    sys.stdin.readline()
-    lock.release()
-    """
-)
-
-
-@contextmanager
-def lock_held_by_another_process(lock_path: Path) -> Iterator[None]:
-    with subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_path)],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
-        assert child.stdout is not None and child.stdin is not None
-        try:
-            assert child.stdout.readline() == "locked\n"
-            yield
-            child.stdin.write("\n")
-            child.stdin.flush()
-            assert child.wait(timeout=30) == 0
-        finally:
-            if child.poll() is None:
-                child.kill()
-
 
 WRITES: dict[str, Callable[[StatusStore], Any]] = {
     "set": lambda s: s.set("Walker", "lesson", 99),

@@ -182,8 +182,8 @@ def test_each_set_returns_only_once_its_value_is_in_the_file(tmp_path: Path, wri
     assert read(path)["c"] == {f"t{w}": sets - 1 for w in range(threads)}
     assert writes.count <= threads * sets  # never more writes than sets
     assert_memory_matches_disk(store)
-    reliability.add("concurrent_writers", threads, source="test_group_commit")
-    reliability.add("concurrent_sets", threads * sets, source="test_group_commit")
+    reliability.add("concurrent_writers", threads, source="test_group_commit.py")
+    reliability.add("concurrent_sets", threads * sets, source="test_group_commit.py")
 
 
 def test_later_set_of_the_same_key_in_a_batch_wins(tmp_path: Path, writes: Writes) -> None:

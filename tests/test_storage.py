@@ -21,12 +21,11 @@ import tempfile
 import textwrap
 import types
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import read_fresh
+from _helpers import lock_held_by_another_process, read_fresh
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _storage
 from trainstatus._storage import LocalFile, Memory, Storage
@@ -482,37 +481,6 @@ def test_store_removes_stale_temp_files_after_a_merge(tmp_path: Path) -> None:
     assert temp_name("status.json") not in os.listdir(tmp_path)
     assert read_fresh(path)["Walker"] == {"lesson": 5, "steps": 10}
     other.close()
-
-
-HOLDER = textwrap.dedent(
-    """
-    import sys, filelock
-    lock = filelock.FileLock(sys.argv[1])
-    lock.acquire()
-    print("locked", flush=True)
-    sys.stdin.readline()
-    lock.release()
-    """
-)
-
-
-@contextmanager
-def lock_held_by_another_process(lock_path: Path) -> Iterator[None]:
-    """Hold ``lock_path`` with filelock in a child until the block ends, then let it release."""
-    with subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(lock_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    ) as child:
-        assert child.stdout is not None and child.stdin is not None
-        try:
-            assert child.stdout.readline() == "locked\n"
-            yield
-            child.stdin.write("\n")
-            child.stdin.flush()
-            assert child.wait(timeout=30) == 0
-        finally:
-            if child.poll() is None:
-                child.kill()
 
 
 @pytest.mark.parametrize("then", ["write", "open"])
