@@ -6,6 +6,7 @@ directory (``python benchmarks/write_overhead.py``), so this file sits beside th
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib.metadata
 import json
@@ -14,6 +15,7 @@ import os
 import platform
 import sqlite3
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -124,6 +126,58 @@ def matplotlib_pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(plt: Any, fig: Any, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def add_output_options(parser: argparse.ArgumentParser, name: str) -> None:
+    """--json, --plot and --no-plot, with results/<name>[-quick].json as the default."""
+    parser.add_argument("--json", help=f"where to write the JSON (default benchmarks/results/{name}[-quick].json)")
+    parser.add_argument("--plot", help="where to write the PNG (default: beside the JSON)")
+    parser.add_argument("--no-plot", action="store_true")
+
+
+def add_round_options(parser: argparse.ArgumentParser) -> None:
+    """--quick, --duration and --rounds of the benchmarks that run writers for a while."""
+    parser.add_argument("--quick", action="store_true", help="one short round: a smoke test")
+    parser.add_argument("--duration", type=float, help="seconds per configuration and round")
+    parser.add_argument("--rounds", type=int, help="rounds (configurations interleaved)")
+
+
+def rounds_of(args: argparse.Namespace) -> tuple[float, int]:
+    """(seconds per configuration and round, rounds) from ``add_round_options``' options."""
+    return args.duration or (0.25 if args.quick else 2.0), args.rounds or (1 if args.quick else 3)
+
+
+def output_paths(args: argparse.Namespace, name: str) -> tuple[str, str]:
+    """(JSON path, PNG path) from ``add_output_options``' options (and ``--quick``)."""
+    json_path = args.json or os.path.join(RESULTS, f"{name}{'-quick' if args.quick else ''}.json")
+    return json_path, args.plot or os.path.splitext(json_path)[0] + ".png"
+
+
+def run_writer_processes(context: Any, target: Callable[..., None], args_for: Callable[[int], tuple[Any, ...]],
+                         workers: int, timeout: float) -> tuple[list[Any], float]:
+    """Run ``workers`` processes of ``target(*args_for(w), barrier, queue)``, released together by
+    the barrier; (their reports from the queue, the monotonic time they were released). A report
+    that does not start with "ok" raises."""
+    barrier, queue = context.Barrier(workers + 1), context.Queue()
+    processes = [context.Process(target=target, args=(*args_for(w), barrier, queue)) for w in range(workers)]
+    for process in processes:
+        process.start()
+    barrier.wait(timeout)
+    start = time.monotonic()
+    reports = [queue.get(timeout=timeout) for _ in processes]
+    for process in processes:
+        process.join(timeout)
+    failed = [r for r in reports if r[0] != "ok"]
+    if failed:
+        raise RuntimeError(f"writer processes failed: {failed}")
+    return reports, start
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

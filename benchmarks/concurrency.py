@@ -154,20 +154,8 @@ def process_worker(path: str, key: str, duration: float, barrier: Any, queue: An
 def run_processes(directory: str, workers: int, duration: float) -> dict[str, Any]:
     path = os.path.join(directory, f"processes{workers}.json")
     prefill(path)
-    spawn = multiprocessing.get_context("spawn")
-    barrier, queue = spawn.Barrier(workers + 1), spawn.Queue()
-    processes = [spawn.Process(target=process_worker, args=(path, f"p{w}", duration, barrier, queue))
-                 for w in range(workers)]
-    for process in processes:
-        process.start()
-    barrier.wait(TIMEOUT)
-    start = time.monotonic()
-    reports = [queue.get(timeout=TIMEOUT) for _ in processes]
-    for process in processes:
-        process.join(TIMEOUT)
-    failed = [r for r in reports if r[0] != "ok"]
-    if failed:
-        raise RuntimeError(f"writer processes failed: {failed}")
+    reports, start = _common.run_writer_processes(
+        multiprocessing.get_context("spawn"), process_worker, lambda w: (path, f"p{w}", duration), workers, TIMEOUT)
     results = {i: (r[2], r[3], r[4]) for i, r in enumerate(reports)}
     verify(path, {r[1]: r[2] - 1 for r in reports})
     return summarize(results, max(r[4] for r in reports) - start, sum(r[5] for r in reports))
@@ -231,28 +219,18 @@ def plot(report: dict[str, Any], path: str) -> str | None:
         ax.legend(fontsize=8)
     fig.suptitle(f"trainstatus concurrency ({report['date'][:10]}, {report['machine']['filesystem']['type']})")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _common.save_figure(plt, fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one short round: a smoke test")
-    parser.add_argument("--duration", type=float, help="seconds per configuration and round")
-    parser.add_argument("--rounds", type=int, help="rounds (configurations interleaved)")
-    parser.add_argument("--json", help="where to write the JSON (default benchmarks/results/concurrency[-quick].json)")
-    parser.add_argument("--plot", help="where to write the PNG (default: beside the JSON)")
-    parser.add_argument("--no-plot", action="store_true")
+    _common.add_round_options(parser)
+    _common.add_output_options(parser, "concurrency")
     parser.add_argument("--dir", help="directory to measure in (default: a new temp dir)")
     args = parser.parse_args(argv)
 
-    duration = args.duration or (0.25 if args.quick else 2.0)
-    rounds = args.rounds or (1 if args.quick else 3)
-    suffix = "-quick" if args.quick else ""
-    json_path = args.json or os.path.join(_common.RESULTS, f"concurrency{suffix}.json")
-    plot_path = args.plot or os.path.splitext(json_path)[0] + ".png"
+    duration, rounds = _common.rounds_of(args)
+    json_path, plot_path = _common.output_paths(args, "concurrency")
 
     configurations = [(kind, n) for kind in ("threads", "processes") for n in WORKERS]
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in configurations}

@@ -9,6 +9,9 @@ block) this measures p50 and p99 latency of:
                  written by the bare durable protocol: temp file, write, fsync, rename, directory
                  fsync. No lock, no store: the physical reference.
   set            StatusStore.set, durable (the default)
+  set (None)     the same list with every third reward None (ML-Agents writes None before a
+                 checkpoint's first evaluation): a value whose JSON holds null, so the store must
+                 tell a None from a NaN (orjson writes both as null)
   set nd         StatusStore.set with durable=False
   tx100          a transaction() of 100 sets (durable), one write at the end
   mlagents       ML-Agents' save: json.dump(state, f, indent=4) into the opened target file
@@ -78,6 +81,7 @@ METHODS = {
     "floor": "floor: orjson + temp, write, fsync, rename, dir fsync",
     "set_small": "set, durable (small key)",
     "set_big": "set, durable (checkpoints list)",
+    "set_none": "set, durable (checkpoints list, rewards None)",
     "set_nd_small": "set, durable=False (small key)",
     "set_nd_big": "set, durable=False (checkpoints list)",
     "tx100": "transaction of 100 sets (small key), durable",
@@ -129,6 +133,11 @@ def checkpoint_count(target: int) -> int:
     return max(1, round(1 + (target - base) / per_item))
 
 
+def with_none_rewards(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The list with every third reward None, as ML-Agents leaves checkpoints not yet evaluated."""
+    return [dict(c, reward=None) if i % 3 == 0 else c for i, c in enumerate(checkpoints)]
+
+
 def other_list(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same list with a newer last checkpoint: what a trainer sets after saving one."""
     changed = [dict(c) for c in checkpoints]
@@ -174,7 +183,9 @@ class Bench:
             "set": self._store("set.json", base, durable=True),
             "set_nd": self._store("set_nd.json", base, durable=False),
             "tx100": self._store("tx100.json", base, durable=True),
+            "set_none": self._store("set_none.json", base, durable=True),
         }
+        self.none_lists = [with_none_rewards(checkpoints) for checkpoints in self.lists]
         reference = self.stores["set"]
         self.document = reference.to_dict()  # metadata included, last
         self.state_bytes = len(file_bytes(self.document))
@@ -235,6 +246,9 @@ class Bench:
         def set_big(i: int) -> None:
             store.set(*BIG, lists[i % 2])
 
+        def set_none(i: int) -> None:
+            self.stores["set_none"].set(*BIG, self.none_lists[i % 2])
+
         def set_nd_small(i: int) -> None:
             store_nd.set(*SMALL, i)
 
@@ -263,8 +277,8 @@ class Bench:
         def get_big(i: int) -> Any:
             return store.get(*BIG)
 
-        table = {f.__name__: f for f in (floor, set_small, set_big, set_nd_small, set_nd_big, tx100, mlagents,
-                                         sqlite_small, sqlite_big, get_small, get_big)}
+        table = {f.__name__: f for f in (floor, set_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
+                                         mlagents, sqlite_small, sqlite_big, get_small, get_big)}
         return {name: table[name] for name in METHODS}
 
     def close(self) -> None:
@@ -436,10 +450,7 @@ def plot(report: dict[str, Any], path: str) -> str | None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _common.save_figure(plt, fig, path)
 
 
 # -- profile -------------------------------------------------------------------------------------
@@ -478,9 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 KB and 32 KB, few rounds: a smoke test")
     parser.add_argument("--sizes", help="comma-separated subset of " + ",".join(SIZES))
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of rounds")
-    parser.add_argument("--json", help="where to write the JSON (default benchmarks/results/write_overhead[-quick].json)")
-    parser.add_argument("--plot", help="where to write the PNG (default: beside the JSON)")
-    parser.add_argument("--no-plot", action="store_true")
+    _common.add_output_options(parser, "write_overhead")
     parser.add_argument("--dir", help="directory to measure in (default: a new temp dir; its filesystem matters)")
     parser.add_argument("--profile", metavar="SIZE", help="only profile durable small-key sets at SIZE")
     args = parser.parse_args(argv)
@@ -496,9 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(sizes) - set(SIZES)
         if unknown:
             parser.error(f"unknown sizes {sorted(unknown)}; choose from {', '.join(SIZES)}")
-    suffix = "-quick" if args.quick else ""
-    json_path = args.json or os.path.join(_common.RESULTS, f"write_overhead{suffix}.json")
-    plot_path = args.plot or os.path.splitext(json_path)[0] + ".png"
+    json_path, plot_path = _common.output_paths(args, "write_overhead")
 
     report: dict[str, Any] = {"benchmark": "write_overhead", "format": 1, "quick": args.quick, "date": _common.now(),
                               "methods": METHODS, "small_key": "/".join(SMALL), "big_key": "/".join(BIG),

@@ -77,3 +77,85 @@ def try_set(path: str, lock_timeout: float, result: Any) -> None:
         result.put(("error", traceback.format_exc()))
     else:
         result.put(("ok",))
+
+
+# -- S3 (tests/test_s3_processes.py) --------------------------------------------------------------
+
+
+def s3_counting_worker(url: str, options: dict[str, Any], worker: int, sets: int, counter: bool,
+                       start: Any, results: Any) -> None:
+    """Own keys by plain sets (and the shared counter by ``run_transaction``) on an s3:// object.
+
+    Puts (worker, conflicts, requests) on ``results``, or ("error", traceback) and exits non-zero.
+    """
+    try:
+        store = StatusStore(url, storage_options=options, lock_timeout=60)  # type: ignore[call-arg]
+        if not start.wait(60):
+            raise RuntimeError("never started")
+        category = own_category(worker)
+        for i in range(sets):
+            store.set(category, f"k{i % KEYS}", [worker, i])
+            if counter:
+                store.run_transaction(lambda s: s.set(*COUNTER, s.get(*COUNTER, 0) + 1))  # type: ignore[attr-defined]
+        results.put((worker, store._storage.conflicts, store._storage.requests))  # type: ignore[attr-defined]
+        store.close()
+    except BaseException:
+        results.put(("error", traceback.format_exc()))
+        raise
+
+
+def s3_outage_worker(url: str, options: dict[str, Any], worker: int, after: int, start: Any, restarted: Any,
+                     acknowledged: Any, failures: Any, results: Any) -> None:
+    """Set ``s<i>`` = i in the worker's own category, through a server outage, until ``after`` sets
+    were acknowledged once ``restarted`` is set. A failed set must raise ``TrainingStatusWriteError``
+    (its PUT failed) or ``TrainingStatusReadError`` (the read before it failed) and leave the
+    worker's category in memory as it was.
+
+    ``start`` is a Barrier the parent joins too. ``acknowledged[worker]`` / ``failures[worker]``
+    count as it goes; at the end puts (worker, [acknowledged i...], [failed i...], first failure
+    message) on ``results``.
+    """
+    import time
+
+    from trainstatus import TrainingStatusReadError, TrainingStatusWriteError
+
+    try:
+        store = StatusStore(url, storage_options=options, lock_timeout=60)  # type: ignore[call-arg]
+        start.wait(60)  # all writers open before any writes
+        category = own_category(worker)
+        done: list[int] = []
+        failed: list[int] = []
+        message = None
+        since_restart = 0
+        give_up = time.monotonic() + 90
+        i = 0
+        while since_restart < after:
+            if time.monotonic() > give_up:
+                raise RuntimeError("the parent never restarted the server")
+            back = restarted.is_set()
+            # Only this worker writes its category: the rest of memory may legitimately take in
+            # other writers' values read during the failed call.
+            before = store.to_dict().get(category)
+            try:
+                store.set(category, f"s{i}", i)
+            except (TrainingStatusWriteError, TrainingStatusReadError) as exc:
+                failed.append(i)
+                message = message or str(exc)
+                failures[worker] += 1
+                after_failure = store.to_dict().get(category)
+                if after_failure != before:
+                    raise AssertionError(f"memory changed by a failed set: {before} -> {after_failure}") from exc
+                time.sleep(0.02)
+            else:
+                done.append(i)
+                acknowledged[worker] += 1
+                since_restart += back
+                if store.get(category, f"s{i}") != i:
+                    raise AssertionError(f"acknowledged s{i} not in memory")
+                time.sleep(0.01)  # a trainer's pace, not a tight loop
+            i += 1
+        results.put((worker, done, failed, message))
+        store.close()
+    except BaseException:
+        results.put(("error", traceback.format_exc()))
+        raise

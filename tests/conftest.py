@@ -90,3 +90,31 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", f"reliability figures{soak}")
     for line in lines:
         terminalreporter.write_line(line)
+
+
+# -- a real S3-compatible server for tests/test_s3*.py ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Any:
+    """moto's S3 server on loopback in a subprocess, one for the session (see tests/_s3server.py).
+
+    boto3 and moto[server] are in the ``test`` extra: if either is missing this fails loudly
+    instead of skipping, so an S3 suite that silently ran nothing cannot pass.
+    """
+    from _s3server import S3Server
+
+    server = S3Server()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def s3(s3_server: Any) -> Any:
+    """A fresh bucket on the session's S3 server: ``.url()``, ``.storage_options``, ``.objects()``..."""
+    from _s3server import Bucket
+
+    return Bucket(s3_server, s3_server.new_bucket())

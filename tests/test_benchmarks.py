@@ -65,7 +65,7 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
     assert report["benchmark"] == "write_overhead" and report["quick"] is True
     assert_machine(report["machine"])
     methods = report["methods"]
-    assert list(methods) == ["floor", "set_small", "set_big", "set_nd_small", "set_nd_big", "tx100", "mlagents",
+    assert list(methods) == ["floor", "set_small", "set_big", "set_none", "set_nd_small", "set_nd_big", "tx100", "mlagents",
                              "sqlite_small", "sqlite_big", "get_small", "get_big"]
     assert report["small_key"] == "wall_height/lesson_num" and report["big_key"] == "Walker/checkpoints"
     assert list(report["results"]) == list(report["sizes"]) == ["1KB", "32KB"]

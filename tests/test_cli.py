@@ -243,6 +243,17 @@ def test_a_missing_file_is_a_one_line_error_and_creates_nothing(tmp_path: Path, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["show"], ["get", "c", "k"], ["set", "c", "k", "1"], ["delete", "c", "k"], ["check"]])
+def test_an_s3_url_is_refused_in_one_line_before_any_request(command: list[str]) -> None:
+    # No server and no credentials: the refusal must come before boto3 is even asked.
+    url = "s3://bucket/run/training_status.json"
+    assert run(command[0], url, *command[1:]) == Result(2, "", error(
+        f"{url}: the command line works on local files only. Copy the object down "
+        f"(aws s3 cp {url} .) and inspect that, or open it from Python with "
+        "StatusStore(url, storage_options=...)."
+    ))
+
+
 @pytest.mark.parametrize("command", [["show"], ["get", "c", "k"]])
 def test_reading_a_damaged_file_is_an_error_and_leaves_it_in_place(tmp_path: Path, command: list[str]) -> None:
     path = status_file(tmp_path, b"[1, 2]")

@@ -8,8 +8,11 @@ import datetime
 import decimal
 import enum
 import json
+import math
 import os
 import pathlib
+import struct
+import sys
 import tempfile
 import uuid
 from typing import Any
@@ -21,7 +24,13 @@ from _helpers import same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainstatus import StatusStore, TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
+from trainstatus import (
+    StatusStore,
+    TrainingStatusError,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
+    _codec,
+)
 from trainstatus._codec import Entry, decode, encode_value, render
 
 NAN = float("nan")
@@ -609,3 +618,142 @@ def test_a_lone_surrogate_in_a_dict_key_is_a_value_error() -> None:
         "which UTF-8 cannot encode; clean it (e.g. key.encode('utf-8', 'replace').decode()). "
         "Nothing was written."
     )
+
+
+# -- issue 4: values encoded at their depth directly; the NaN check off the walk -----------------
+
+
+def reference_entry(value: Any) -> Entry:
+    """How values were encoded before issue 4's speedups, kept as the oracle: orjson, re-indented
+    by a byte replace, and the walk of every value whose output holds a null."""
+    raw = orjson.dumps(value, default=_codec._default, option=_codec._options())
+    if b"null" in raw:
+        converter = _codec._Plain()
+        plain = converter(value)
+        if converter.nonfinite:
+            return Entry(_codec._json_dumps(plain), exotic=True)
+    return Entry(raw.replace(b"\n", b"\n    "))
+
+
+def nan_with_payload() -> float:
+    return struct.unpack("<d", b"\x01\x02\x03\x04\x05\x06\xf8\x7f")[0]  # a NaN that is not float("nan")
+
+
+NONFINITE = [NAN, -NAN, INF, -INF, INF * 0, nan_with_payload()]
+tuples_too = st.recursive(
+    json_scalars | st.floats() | st.sampled_from(NONFINITE),
+    lambda children: (st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+                      | st.lists(children, max_size=3).map(tuple)),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(tuples_too)
+def test_property_encoding_is_byte_for_byte_what_it_was(value: Any) -> None:
+    assert enc(value) == reference_entry(value)
+
+
+@pytest.mark.parametrize("bad", NONFINITE, ids=["nan", "-nan", "inf", "-inf", "inf*0", "nan-payload"])
+@pytest.mark.parametrize("shape", ["alone", "list", "dict", "tuple", "deep"])
+def test_nonfinite_next_to_none_is_written_as_a_literal(tmp_path: pathlib.Path, bad: float, shape: str) -> None:
+    """ML-Agents checkpoints hold reward None; a NaN beside a None must still be a NaN literal."""
+    value = {
+        "alone": bad,
+        "list": [None, 1.5, bad],
+        "dict": {"reward": None, "loss": bad},
+        "tuple": (None, (bad,)),
+        "deep": [{"checkpoints": [{"reward": None}, {"reward": [1, {"x": bad}]}]}],
+    }[shape]
+    entry = enc(value)
+    assert entry.exotic
+    assert entry == reference_entry(value)
+    literal = b"NaN" if math.isnan(bad) else (b"-Infinity" if bad < 0 else b"Infinity")
+    assert literal in entry.raw
+    assert same(store_round_trip(tmp_path, value), json.loads(json.dumps(value)))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [None, 1.5, "nan", "inf", "-Infinity"],
+        [None, "gxxx", 0x7FF00000],  # marshal's bytes for these look like a NaN's: the walk clears it
+        [{"reward": None, "creation_time": 1.7e9 + i / 7} for i in range(50)],
+        [None, 1e308, -1e308, 5e-324, -0.0, 2.0**1023],
+        (None, ("x",)),
+    ],
+    ids=["nan-as-text", "marshal-lookalike", "checkpoints", "extreme-finite", "tuples"],
+)
+def test_finite_values_with_none_stay_on_orjson(value: Any) -> None:
+    entry = enc(value)
+    assert not entry.exotic
+    assert entry == reference_entry(value)
+    assert same(decode(entry), orjson.loads(orjson.dumps(value)))
+
+
+def test_a_builtin_value_with_none_is_cleared_without_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of the marshal check: the Python walk runs only where marshal cannot answer."""
+    walked: list[Any] = []
+    real = _codec._Plain.__call__
+
+    def counting(self: Any, value: Any) -> Any:
+        walked.append(value)
+        return real(self, value)
+
+    monkeypatch.setattr(_codec._Plain, "__call__", counting)
+    checkpoints = [{"steps": i, "reward": None if i % 3 == 0 else i / 3, "paths": [f"c{i}.onnx"]} for i in range(20)]
+    assert not enc(checkpoints).exotic
+    assert walked == []
+    assert enc([None, NAN]).exotic and walked  # a NaN: the walk builds what json writes
+    walked.clear()
+    assert not enc([None, Checkpoint(1, 2.0)]).exotic  # a dataclass: marshal cannot tell, the walk does
+    assert walked
+
+
+@pytest.mark.parametrize("numpy_loaded", [True, False])
+def test_numpy_values_with_none_are_not_cleared_by_marshal(monkeypatch: pytest.MonkeyPatch, numpy_loaded: bool) -> None:
+    """marshal takes numpy arrays as raw bytes, where a NaN has no marker."""
+    if not numpy_loaded:  # a builtin value is cleared the same way whether numpy is loaded or not
+        monkeypatch.delitem(sys.modules, "numpy")
+        assert not enc([None, 1.0]).exotic
+        assert enc([None, NAN]).exotic
+        return
+    for value in ([None, np.array([1.0, NAN])], [None, np.float64(INF)], {"a": None, "b": np.float32(NAN)}):
+        entry = enc(value)
+        assert entry.exotic
+        assert entry == reference_entry(value)
+    assert not enc([None, np.array([1.0, 2.0])]).exotic
+
+
+@pytest.mark.parametrize("depth", [250, 252, 253, 254])
+def test_deep_values_near_orjsons_limit_encode_as_before(depth: int) -> None:
+    """Wrapping a value two levels deep must not make a value near orjson's depth limit fail."""
+    for value in (nested_lists(depth), nested_dicts(depth, None)):
+        try:
+            expected = reference_entry(value)
+        except TypeError:
+            with pytest.raises(TrainingStatusValueError):
+                enc(value)
+        else:
+            assert enc(value) == expected
+
+
+def test_scalars_and_empty_containers_encode_as_before() -> None:
+    for value in [0, -1, 2**64 - 1, 1.5, -0.0, True, None, "", "a\nb", "é\u2028", [], {}, (), [[]], {"a": {}},
+                  Colour.RED]:
+        entry = enc(value)
+        assert entry == reference_entry(value) and type(entry) is Entry, value
+        assert entry.raw == reference_entry(value).raw and entry.exotic is False
+
+
+@pytest.mark.parametrize("count", [3, 400])
+def test_many_lookalike_bytes_still_find_the_nan(count: int) -> None:
+    """Negative integers fill marshal's bytes with 0xff, the last byte of a negative NaN; past a
+    few, the regex takes over from looking at each: both must find the NaN and clear the rest."""
+    # Distinct, and none with a byte that marshal uses for a float's code.
+    ints = [-(1 + 256 * k) for k in range(count) if ~k & 0xFF not in _codec._FLOAT_CODES]
+    assert not _codec._may_hold_nonfinite([None, *ints])
+    assert not enc([None, *ints]).exotic
+    for bad in (-NAN, NAN, -INF):
+        entry = enc([None, *ints, bad])
+        assert entry.exotic and entry == reference_entry([None, *ints, bad])

@@ -15,6 +15,7 @@ from trainstatus import (
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
     TrainingStatusError,
+    TrainingStatusConflictError,
     TrainingStatusLockTimeout,
     TrainingStatusMissingWarning,
     TrainingStatusReadError,
@@ -35,6 +36,7 @@ ERRORS = {
     TrainingStatusReadError: (OSError,),
     TrainingStatusWriteError: (OSError,),
     TrainingStatusLockTimeout: (TimeoutError, OSError),
+    TrainingStatusConflictError: (TimeoutError, OSError),
     TrainingStatusCorruptError: (),
     TrainingStatusVersionError: (),
     TrainingStatusTypeError: (TypeError,),
@@ -154,7 +156,7 @@ def test_write_error_carries_errno() -> None:
 
 def test_oserror_subclasses_keep_the_message_as_str() -> None:
     # OSError formats "[Errno n] ..." when given (errno, strerror); ours must stay the plain message.
-    for cls in (TrainingStatusReadError, TrainingStatusWriteError, TrainingStatusLockTimeout):
+    for cls in (TrainingStatusReadError, TrainingStatusWriteError, TrainingStatusLockTimeout, TrainingStatusConflictError):
         assert str(cls("plain words", path="/p")) == "plain words"
 
 

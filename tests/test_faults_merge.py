@@ -279,6 +279,9 @@ def test_lock_file_that_cannot_be_opened(tmp_path: Path, err: int, reliability: 
     path, store, before = stale_store(tmp_path)
     memory = store.to_dict()
     lock = f"{path}.lock"
+    # The store keeps the lock file open between writes: it opens it again only when the file at
+    # the lock path is no longer the one it holds (here: removed, and cannot be made again).
+    os.unlink(lock)
     with fault(tmp_path, lambda call, n: call.name == "open" and call.paths[0] == lock, os_error(err), once=False) as hook:
         with pytest.raises(TrainingStatusWriteError) as info:
             store.set("Walker", "lesson", 99)

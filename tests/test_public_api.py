@@ -18,6 +18,7 @@ EXPECTED_ALL = [
     "StatusMetaData",
     "StatusStore",
     "StatusType",
+    "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
     "TrainingStatusError",
@@ -90,12 +91,14 @@ def test_version_matches_the_installed_metadata() -> None:
     assert isinstance(trainstatus.__version__, str)
 
 
-def test_import_does_not_import_numpy() -> None:
+def test_import_does_not_import_numpy_or_boto3() -> None:
+    # boto3 (the s3 extra) costs ~150 ms to import: only an s3:// store pays for it.
     result = run_python(
         "import sys\n"
         "import trainstatus\n"
         "store = trainstatus.StatusStore\n"
-        "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.')))\n"
+        "heavy = ('numpy', 'boto3', 'botocore')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

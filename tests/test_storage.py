@@ -6,6 +6,7 @@ writers (with the lock held by another process), symlinked status files, unreada
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import gc
@@ -254,6 +255,7 @@ def test_pin_follows_each_replace_and_closes(tmp_path: Path) -> None:
     second = storage._pin.fd
     assert second is not None and second != first
     assert os.fstat(second).st_ino == os.stat(path).st_ino
+    _storage._closer.wait()  # closed off the writer's path, by the background closer
     assert_closed(first)  # the previous version's descriptor is released
 
     storage.close()
@@ -296,6 +298,95 @@ def test_pin_closed_when_storage_is_collected(tmp_path: Path) -> None:
     del storage
     gc.collect()
     assert_closed(fd)
+
+
+def deleted_files_held_open(directory: Path) -> list[str]:
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(directory)) and target.endswith(" (deleted)"):
+                held.append(target)
+    return held
+
+
+def test_replaced_versions_are_freed_by_the_background_closer(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False)
+    fds = set(os.listdir("/proc/self/fd"))
+    for i in range(200):
+        store.set("Walker", "lesson", i)
+    _storage._closer.wait()
+    # Only the current version stays open (its pin); the 199 replaced ones are closed, so their
+    # inodes are freed rather than piling up as deleted-but-open files.
+    assert deleted_files_held_open(tmp_path) == []
+    assert len(set(os.listdir("/proc/self/fd")) - fds) <= 2  # the pin, the lock file's descriptor
+    assert os.fstat(store._storage._pin.fd).st_ino == os.stat(path).st_ino  # type: ignore[attr-defined]
+    store.close()
+
+
+def test_the_closer_restarts_in_a_forked_child(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False)
+    store.set("Walker", "lesson", 0)
+    store.set("Walker", "lesson", 1)  # the closer thread runs in the parent now
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        code = 1
+        try:
+            fresh = _storage._closer._thread is None and not _storage._closer._queued
+            child = StatusStore(path, durable=False)
+            for i in range(20):
+                child.set("Child", "n", i)
+            _storage._closer.wait()  # would hang forever if the child had no closer thread
+            # The parent's store pins the version it wrote; the child inherited that descriptor
+            # (it is the parent's to close), and no other replaced version may stay open.
+            ok = fresh and len(deleted_files_held_open(tmp_path)) <= 1
+            os.write(write_end, b"ok" if ok else b"bad")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        answer = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert answer == b"ok"
+    assert read_fresh(path)["Child"] == {"n": 19}
+    store.close()
+
+
+def is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_store_made_under_pyfakefs_never_closes_a_real_descriptor(tmp_path: Path) -> None:
+    from pyfakefs.fake_filesystem_unittest import Patcher
+
+    with Patcher():
+        store = StatusStore("/fake/status.json")
+        store.set("Walker", "lesson", 1)
+        store.set("Walker", "lesson", 2)  # one pin retired, one current: both fake descriptors
+        fake_fd = store._storage._pin.fd  # type: ignore[attr-defined]
+    assert fake_fd is not None
+    _storage._closer.wait()
+    real: list[int] = []  # the number is often a real open file already (pytest's); if not, make one
+    try:
+        while len(real) < 64 and not is_open(fake_fd):
+            real.append(os.open(tmp_path, os.O_RDONLY))
+        before = os.fstat(fake_fd)
+        del store
+        gc.collect()
+        after = os.fstat(fake_fd)  # still open: the store closed its fake descriptor, not this one
+        assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+    finally:
+        for fd in real:
+            os.close(fd)
 
 
 def test_store_pins_the_file_it_wrote(tmp_path: Path) -> None:

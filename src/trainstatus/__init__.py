@@ -7,6 +7,7 @@ ML-Agents' classes of the same names.
 """
 
 from ._errors import (
+    TrainingStatusConflictError,
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
     TrainingStatusError,
@@ -31,6 +32,7 @@ __all__ = [
     "StatusMetaData",
     "StatusStore",
     "StatusType",
+    "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
     "TrainingStatusError",

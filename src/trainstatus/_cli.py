@@ -48,6 +48,7 @@ from ._load import (
     load_document,
 )
 from ._storage import LocalFile
+from ._s3 import is_s3_url
 from ._store import StatusStore
 from ._version import __version__
 
@@ -781,6 +782,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.simplefilter("always", TrainingStatusWarning)
         warnings.showwarning = _show_warning
         try:
+            if is_s3_url(getattr(args, "path", "")):
+                raise _Fail(
+                    f"{args.path}: the command line works on local files only. Copy the object "
+                    f"down (aws s3 cp {args.path} .) and inspect that, or open it from Python "
+                    "with StatusStore(url, storage_options=...)."
+                )
             status: int = args.run(args)
             sys.stdout.flush()
             return status

@@ -18,6 +18,7 @@ import warnings
 from typing import Any
 
 __all__ = [
+    "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
     "TrainingStatusError",
@@ -116,6 +117,19 @@ class TrainingStatusWriteError(TrainingStatusError, OSError):
 
 class TrainingStatusLockTimeout(TrainingStatusError, TimeoutError):
     """The lock beside the status file (``lock_file``) could not be taken in time."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        OSError.__init__(self, message)
+        self._set_context(context)
+
+
+class TrainingStatusConflictError(TrainingStatusError, TimeoutError):
+    """Other writers kept changing a status object (``s3://``) that has no lock.
+
+    Raised when a conditional write lost to other writers until ``lock_timeout`` ran out, or when a
+    transaction's body read a key (``category``/``key``) that another writer changed before the
+    transaction could be written. Nothing of the call was written.
+    """
 
     def __init__(self, message: str, **context: Any) -> None:
         OSError.__init__(self, message)

@@ -1,25 +1,43 @@
-"""One lock per status file per process: an in-process RLock in front of one ``filelock``.
+"""One lock per status file per process: an in-process RLock in front of one file lock.
 
 Every store on the same file in this process shares one ``PathLock``. Threads queue on the RLock,
-so the ``FileLock`` (an ``flock`` on the sibling ``.lock`` file, excluding other processes) is only
-ever taken by one thread at a time and only once per outermost hold: a ``set`` inside a
-transaction pays for ``filelock`` zero times, a plain ``set`` once. Two ``FileLock`` objects on one
-path in one process would also make filelock raise its deadlock error; sharing avoids that.
+so the file lock is only ever taken by one thread at a time and only once per outermost hold: a
+``set`` inside a transaction pays for it zero times, a plain ``set`` once.
+
+Two kinds of file lock (``StatusStore(lock=...)``):
+
+- ``"flock"`` (the default): filelock's native lock (``flock``) on the sibling ``<file>.lock``,
+  taken with ``filelock.lock_descriptor`` on a descriptor kept open between holds. It excludes
+  other processes and plain ``filelock.FileLock`` users of the same ``.lock`` file alike, for a
+  few µs, where ``FileLock.acquire`` + ``release`` spend 150-250 µs of Python per write (filelock
+  4.3 opens, checks and closes the lock file and tracks forks on every acquire): more than the
+  rest of the store's own work on a small write.
+- ``"soft"``: for shared filesystems (NFS and the like), where ``flock`` may not exclude across
+  machines. A filelock ``SoftFileLease`` on ``<file>.softlock``: a marker file created
+  exclusively, naming its holder, kept fresh by a heartbeat while held. A holder that died is
+  taken over at once on its own machine (its pid is gone) and, from another machine, once its
+  marker has gone ``SOFT_LEASE_SECONDS`` unrefreshed, measured on the waiter's own clock. The
+  ``flock`` on ``<file>.lock`` is taken as well where the filesystem has one, so writers of
+  both modes on one machine still exclude each other.
 
 After ``fork`` the child must not touch the parent's lock objects: an inherited RLock may be held by
-a thread that does not exist in the child, and releasing an inherited ``flock`` descriptor would
+a thread that does not exist in the child, and unlocking an inherited ``flock`` descriptor would
 free the parent's lock. The child therefore starts a new registry (``generation`` changes, and
 holders fetch their lock again) and keeps the inherited objects referenced forever, so no finalizer
-of theirs runs in the child.
+of theirs runs in the child. It closes its copies of the inherited descriptors, which leaves the
+parent's lock alone (an ``flock`` lasts while any copy is open) and keeps a long-lived child from
+holding the parent's lock after the parent dies.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,24 +45,137 @@ import filelock
 
 from ._errors import TrainingStatusLockTimeout, TrainingStatusWriteError
 
-__all__ = ["PathLock", "generation", "lock_for"]
+__all__ = ["LOCK_MODES", "SOFT_LEASE_SECONDS", "PathLock", "generation", "lock_for"]
 
-# How often a writer waiting for another process retries the lock. filelock's default, 50 ms,
-# makes a waiting writer miss most releases: with 4 processes setting in a loop, p99 latency
-# reached 200 ms. A failed try costs filelock about 0.2 ms of CPU, so 5 ms keeps a waiter's
-# polling under 5% of a core.
-_POLL_INTERVAL = 0.005
+LOCK_MODES = ("flock", "soft")
+# Every writer of one file must agree on this (filelock refuses a lease of another duration). A
+# waiter takes over a dead holder's lease from another machine after this long; a live holder that
+# cannot refresh it for this long (stopped, cut off from the server) may lose it.
+SOFT_LEASE_SECONDS = 10.0
+
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# A writer waiting for another process retries after 0.2 ms, then twice as long each time, up to
+# 1 ms: a write takes about a millisecond, and a failed try costs a few µs (0.3% of a core at 1 ms).
+# Waiters poll, so the releasing process often takes the lock again first; waking every 1 rather
+# than 5 ms halved the p99 latency of 2 to 8 processes writing at once (57 -> 35 ms at 2, 239 ->
+# 114 ms at 8, benchmarks/concurrency.py).
+_FIRST_WAIT = 0.0002
+_LONGEST_WAIT = 0.001
+# The soft lease is polled by filelock; a failed try reads the marker (a round trip on NFS).
+_SOFT_POLL = 0.005
+# flock errors that mean "this filesystem has no flock" (some network filesystems): soft mode goes on
+# with its lease alone.
+_NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
+
+
+class _CannotFlock(Exception):
+    """``flock`` itself failed (not for contention): the filesystem may have none."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _close_all(held: list[tuple[int, Callable[[int], None]]]) -> None:
+    while held:
+        fd, close = held.pop()
+        try:
+            close(fd)
+        except Exception:  # noqa: BLE001 - closed already, or its pyfakefs filesystem is gone (it asserts)
+            pass
+
+
+class _HeldDescriptor:
+    """filelock's native lock on a descriptor of the lock file that stays open between holds.
+
+    ``filelock.lock_descriptor`` takes the same ``flock`` that ``filelock.FileLock`` takes on the
+    same file. What FileLock checks that matters here is kept: once locked, the descriptor must
+    still be the file at the lock path (someone may have deleted or replaced it, and a lock on an
+    orphan excludes nobody); if not, the file there is opened and locked instead.
+
+    The descriptor is closed with the ``close`` of the ``os`` that opened it: a store made under
+    pyfakefs holds a fake descriptor, which the real ``os.close`` must never see (it would close
+    whatever real file has that number). For the same reason a descriptor opened by another ``os``
+    than the current one is dropped and the lock file opened again.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # [(fd, its close)] once open; closed when this object goes (or in a forked child).
+        self._held: list[tuple[int, Callable[[int], None]]] = []
+        self._opened_by: Any = None  # the os module that opened it
+        weakref.finalize(self, _close_all, self._held)
+
+    def _open(self) -> int:
+        if self._held and self._opened_by is not os:
+            _close_all(self._held)  # opened under (or before) pyfakefs: not ours to use now
+        if not self._held:
+            fd = os.open(self.path, _OPEN_FLAGS, 0o666)
+            self._held.append((fd, os.close))
+            self._opened_by = os
+        return self._held[0][0]
+
+    def close(self) -> None:
+        _close_all(self._held)
+
+    def try_lock(self) -> bool:
+        while True:
+            fd = self._open()
+            try:
+                if not filelock.lock_descriptor(fd, blocking=False):
+                    return False
+            except OSError as exc:
+                raise _CannotFlock(exc) from exc
+            try:
+                mine = os.fstat(fd)
+                there = os.lstat(self.path)
+            except FileNotFoundError:
+                there = None
+            except BaseException:
+                filelock.unlock_descriptor(fd)
+                raise
+            if mine.st_nlink and there is not None and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+                return True
+            filelock.unlock_descriptor(fd)  # an orphan: lock the file that is there now
+            self.close()
+
+    def acquire(self, deadline: float | None) -> None:
+        """Lock, retrying until ``deadline`` (monotonic; None: forever); ``filelock.Timeout`` after."""
+        wait = _FIRST_WAIT
+        while not self.try_lock():
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise filelock.Timeout(self.path)
+                wait = min(wait, left)
+            time.sleep(wait)
+            wait = min(2 * wait, _LONGEST_WAIT)
+
+    def release(self) -> None:
+        filelock.unlock_descriptor(self._held[0][0])
 
 
 class PathLock:
-    """Mutual exclusion for one status file across threads and processes; reentrant per thread."""
+    """Mutual exclusion for one status file across threads and processes; reentrant per thread.
 
-    def __init__(self, lock_path: str) -> None:
+    ``lock_path`` is ``<file>.lock``; in ``"soft"`` mode the lease is ``<file>.softlock`` beside it.
+    """
+
+    def __init__(self, lock_path: str, mode: str = "flock") -> None:
         self.lock_path = lock_path
+        self.mode = mode
         self._mutex = threading.RLock()
         self._depth = 0  # holds by the thread owning _mutex; guarded by _mutex
         self._owner: int | None = None  # thread ident while _depth > 0; guarded by _mutex
-        self._file_lock = filelock.FileLock(lock_path, thread_local=False)
+        self._file_lock = _HeldDescriptor(lock_path)
+        self._flock_held = False  # soft mode: whether this hold also took the flock
+        self.lease_path: str | None = None
+        self._lease: filelock.SoftFileLease | None = None
+        if mode == "soft":
+            self.lease_path = lock_path[: -len(".lock")] + ".softlock" if lock_path.endswith(".lock") else lock_path + ".soft"
+            self._lease = filelock.SoftFileLease(
+                self.lease_path, thread_local=False, lease_duration=SOFT_LEASE_SECONDS
+            )
 
     def held_here(self) -> bool:
         """Whether the calling thread holds this lock (safe to ask from any thread)."""
@@ -64,20 +195,7 @@ class PathLock:
             raise self._timeout(shown, path, None)
         try:
             if self._depth == 0:
-                remaining = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    self._file_lock.acquire(timeout=remaining, poll_interval=_POLL_INTERVAL)
-                except filelock.Timeout as exc:
-                    raise self._timeout(shown, path, exc) from exc
-                except OSError as exc:  # cannot create or open the lock file
-                    raise TrainingStatusWriteError(
-                        f"Could not lock {path}: cannot open the lock file {self.lock_path}: "
-                        f"{exc.strerror or exc}. Nothing was written; make its directory writable "
-                        "(and the lock file a regular file, not a symlink).",
-                        path=path,
-                        lock_file=self.lock_path,
-                        errno=exc.errno,
-                    ) from exc
+                self._take(deadline, shown, path)
             self._depth += 1
             self._owner = threading.get_ident()
             try:
@@ -86,10 +204,67 @@ class PathLock:
                 self._depth -= 1
                 if self._depth == 0:
                     self._owner = None
-                    if generation == taken_in:  # in a forked child the flock is the parent's
-                        self._file_lock.release()
+                    if generation == taken_in:  # in a forked child the locks are the parent's
+                        self._let_go()
         finally:
             self._mutex.release()
+
+    def _take(self, deadline: float | None, shown: float | None, path: str) -> None:
+        try:
+            self._flock_held = False
+            self._file_lock.acquire(deadline)
+            self._flock_held = True
+        except filelock.Timeout as exc:
+            raise self._timeout(shown, path, exc) from exc
+        except _CannotFlock as exc:
+            if self._lease is None or exc.error.errno not in _NO_FLOCK:
+                raise self._cannot_flock(path, exc.error) from exc.error
+        except OSError as exc:  # cannot create or open the lock file
+            raise self._cannot_lock(path, exc) from exc
+        if self._lease is None:
+            return
+        try:
+            remaining = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            self._lease.acquire(timeout=remaining, poll_interval=_SOFT_POLL)
+        except BaseException as exc:
+            if self._flock_held:
+                self._flock_held = False
+                self._file_lock.release()
+            if isinstance(exc, filelock.Timeout):
+                raise self._soft_timeout(shown, path, exc) from exc
+            if isinstance(exc, OSError):
+                raise self._cannot_lock(path, exc, self.lease_path) from exc
+            raise
+
+    def _let_go(self) -> None:
+        try:
+            if self._lease is not None:
+                self._lease.release()
+        finally:
+            if self._flock_held:
+                self._flock_held = False
+                self._file_lock.release()
+
+    def _cannot_lock(self, path: str, exc: OSError, lock_file: str | None = None) -> TrainingStatusWriteError:
+        lock_file = lock_file or self.lock_path
+        return TrainingStatusWriteError(
+            f"Could not lock {path}: cannot open the lock file {lock_file}: "
+            f"{exc.strerror or exc}. Nothing was written; make its directory writable "
+            "(and the lock file a regular file, not a symlink).",
+            path=path,
+            lock_file=lock_file,
+            errno=exc.errno,
+        )
+
+    def _cannot_flock(self, path: str, exc: OSError) -> TrainingStatusWriteError:
+        return TrainingStatusWriteError(
+            f"Could not lock {path}: flock on the lock file {self.lock_path} failed: "
+            f"{exc.strerror or exc}. Nothing was written; on a filesystem without flock (some "
+            'network filesystems) open the store with lock="soft".',
+            path=path,
+            lock_file=self.lock_path,
+            errno=exc.errno,
+        )
 
     def _timeout(self, timeout: float | None, path: str, exc: BaseException | None) -> TrainingStatusLockTimeout:
         who = "another process" if exc is not None else "another thread of this process"
@@ -100,6 +275,33 @@ class PathLock:
             lock_file=self.lock_path,
         )
 
+    def _soft_timeout(self, timeout: float | None, path: str, exc: BaseException) -> TrainingStatusLockTimeout:
+        assert self.lease_path is not None
+        return TrainingStatusLockTimeout(
+            f"Could not lock {path} within {timeout} s: {_holder(self.lease_path)} holds "
+            f"{self.lease_path} (a write or an open transaction). Let it finish, or open the store "
+            f"with a longer lock_timeout=. A holder that was killed is taken over once its lease "
+            f"has gone {SOFT_LEASE_SECONDS:g} s without renewal (at once on its own machine); if it "
+            f"is gone and you cannot wait, delete {self.lease_path}.",
+            path=path,
+            lock_file=self.lease_path,
+        )
+
+
+def _holder(lease_path: str) -> str:
+    """Who a soft lock's marker names, for messages ("process 12 on node3"), or "another process"."""
+    try:
+        with open(lease_path, "rb") as f:
+            record = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return "another process"
+    # filelock's marker is "name=value" lines (pid, host, ...); anything else: no name to give.
+    pid = re.search(r"^pid=(\d+)$", record, re.MULTILINE)
+    host = re.search(r"^host=(\S+)$", record, re.MULTILINE)
+    if pid is None:
+        return "another process"
+    return f"process {pid.group(1)}" + (f" on {host.group(1)}" if host else "")
+
 
 _registry: weakref.WeakValueDictionary[str, PathLock] = weakref.WeakValueDictionary()
 _registry_mutex = threading.Lock()
@@ -107,18 +309,27 @@ _inherited: list[Any] = []  # objects from before a fork, kept alive in the chil
 generation = 0
 
 
-def lock_for(lock_path: str) -> PathLock:
+def lock_for(lock_path: str, mode: str = "flock") -> PathLock:
     """The process-wide lock for ``lock_path`` (an absolute, resolved path)."""
     with _registry_mutex:
         lock = _registry.get(lock_path)
         if lock is None:
-            lock = _registry[lock_path] = PathLock(lock_path)
+            lock = _registry[lock_path] = PathLock(lock_path, mode)
+        elif lock.mode != mode:
+            raise ValueError(
+                f"{lock_path[: -len('.lock')]} is already open in this process with lock={lock.mode!r}; "
+                f"every store on one file must use the same lock mode, not lock={mode!r}"
+            )
         return lock
 
 
 def _after_fork_in_child() -> None:
     global _registry, _registry_mutex, generation
-    _inherited.append(list(_registry.values()))
+    inherited = list(_registry.values())
+    _inherited.append(inherited)
+    for lock in inherited:
+        # Only our copy: the parent's flock lasts while its own descriptor is open.
+        _close_all(lock._file_lock._held)
     _registry = weakref.WeakValueDictionary()
     _registry_mutex = threading.Lock()
     generation += 1

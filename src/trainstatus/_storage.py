@@ -4,7 +4,7 @@ The store only needs: read the document (remembering which version it read), tel
 stored version changed since, replace it, lock it, keep a damaged one aside, and clear leftovers of
 killed writers. ``LocalFile`` is the implementation for a path on a local filesystem; ``Memory``
 holds the document in the process (the ML-Agents drop-in before it is bound to a path). An object
-store would implement the same seam with conditional writes instead of a lock.
+store implements the same seam with conditional writes instead of a lock (``_s3.S3Object``).
 """
 
 from __future__ import annotations
@@ -15,16 +15,25 @@ import errno as errno_codes
 import logging
 import os
 import stat
+import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import ContextManager
 
 from . import _atomic, _locking
 from ._errors import TrainingStatusReadError, TrainingStatusWriteError
 
-__all__ = ["LocalFile", "Memory", "Storage", "default_file_mode"]
+__all__ = ["Conflict", "LocalFile", "Memory", "Storage", "default_file_mode"]
 
 logger = logging.getLogger("trainstatus")
+
+
+class Conflict(Exception):
+    """``replace`` refused: the stored document is no longer the version last read or written.
+
+    Only a ``conditional`` storage raises it; the store then reads again, lays its pending changes
+    over what it finds and retries.
+    """
 
 
 class Storage:
@@ -32,6 +41,10 @@ class Storage:
 
     location: str
     lock_file: str | None = None  # what ``lock`` takes, for messages; None where nothing is
+    # False: ``lock`` excludes other writers, so a write can trust ``changed()`` taken under it.
+    # True: there is no lock; ``replace`` succeeds only if the stored version is still the one
+    # last seen and raises ``Conflict`` otherwise (an object store's conditional write).
+    conditional = False
 
     def read(self) -> bytes | None:
         """The stored document's bytes, or None when there is none; remembers this version."""
@@ -40,6 +53,14 @@ class Storage:
     def changed(self) -> bool:
         """Whether the stored version differs from the one last read or written."""
         raise NotImplementedError
+
+    def stale(self) -> bool:
+        """Whether a write must read the document again first.
+
+        Where the lock makes ``changed()`` cheap and final, the same question; a ``conditional``
+        storage answers from what it knows without asking (its ``replace`` checks the version).
+        """
+        return self.changed()
 
     def replace(self, data: bytes) -> None:
         """Replace the stored document (the caller holds ``lock``); remembers the new version."""
@@ -109,45 +130,110 @@ def default_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+_Descriptor = tuple[Callable[[int], None], int]  # (the close of the os that opened it, fd)
+
+
+def _close_descriptor(descriptor: _Descriptor) -> None:
+    close, fd = descriptor
+    with contextlib.suppress(Exception):  # closed behind our back, or pyfakefs torn down: nothing to free
+        close(fd)
+
+
+class _Closer:
+    """Closes the descriptors of replaced file versions on a background thread.
+
+    Closing the last descriptor of a replaced file frees its inode, which on ext4 costs 150 µs or
+    more: about a seventh of a small durable write, half of a ``durable=False`` one (the bare
+    protocol pays the same inside its rename). Those descriptors protect nothing once the new
+    version is pinned, so no caller needs to wait for that.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._queued: list[_Descriptor] = []
+        self._closing = 0  # descriptors taken by the thread and not closed yet; guarded by _cond
+        self._thread: threading.Thread | None = None
+
+    def close(self, fds: list[_Descriptor]) -> None:
+        with self._cond:
+            self._queued.extend(fds)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="trainstatus-closer", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queued:
+                    self._cond.wait()
+                batch, self._queued = self._queued, []
+                self._closing = len(batch)
+            for descriptor in batch:
+                _close_descriptor(descriptor)
+            with self._cond:
+                self._closing = 0
+                self._cond.notify_all()
+
+    def wait(self) -> None:
+        """Return once every descriptor queued so far is closed (for tests counting descriptors)."""
+        with self._cond:
+            while self._queued or self._closing:
+                self._cond.wait()
+
+    def after_fork_in_child(self) -> None:
+        # Only the forking thread survives a fork: the closer is gone, and what it had taken is
+        # lost (a few descriptors, copies of the parent's). What was still queued is closed here.
+        queued = self._queued
+        self.__init__()  # type: ignore[misc]  # a fresh, unlocked state, as in a new process
+        for descriptor in queued:
+            _close_descriptor(descriptor)
+
+
+_closer = _Closer()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_closer.after_fork_in_child)
 
 
 class _Pin:
     """An open descriptor on the file version last read or written (see ``write_atomic``).
 
-    A pin replaced by our own write is *retired*, not closed at once: closing the last descriptor
-    of a replaced file frees its inode, which on ext4 costs about a quarter of a small durable
-    write (the bare protocol pays the same inside its rename). Retired pins are closed once this
-    thread releases the lock, so other writers do not wait for it; they protect nothing by then,
-    since the new version is pinned.
+    A pin replaced by our own write is *retired*, not closed at once: once this thread releases
+    the lock, retired pins go to the background ``_closer`` (see there why).
+
+    Each descriptor is kept with the ``os.close`` of the ``os`` that opened it: pyfakefs swaps
+    ``os`` in tests, and a fake descriptor closed by the real ``os.close`` after the fake
+    filesystem is gone (a store collected later) would close whatever real file has that number.
     """
 
     def __init__(self) -> None:
-        self.fd: int | None = None
-        self.retired: list[int] = []
+        self._current: _Descriptor | None = None
+        self.retired: list[_Descriptor] = []
+
+    @property
+    def fd(self) -> int | None:
+        return None if self._current is None else self._current[1]
 
     def set(self, fd: int | None) -> None:
-        old, self.fd = self.fd, fd
+        old, self._current = self._current, None if fd is None else (os.close, fd)
         if old is not None:
-            _close_quietly(old)
+            _close_descriptor(old)
 
     def replace(self, fd: int) -> None:
         """Pin ``fd`` and retire the previous pin (closed later by ``close_retired``)."""
-        old, self.fd = self.fd, fd
+        old, self._current = self._current, (os.close, fd)
         if old is not None:
             self.retired.append(old)
 
     def close_retired(self) -> None:
-        while self.retired:
-            _close_quietly(self.retired.pop())
+        retired, self.retired = self.retired, []
+        if retired:
+            _closer.close(retired)
 
     def close(self) -> None:
         self.set(None)
-        self.close_retired()
+        while self.retired:  # at once: a closed store holds nothing open
+            _close_descriptor(self.retired.pop())
 
 
 def _version(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -157,7 +243,7 @@ def _version(st: os.stat_result) -> tuple[int, int, int, int]:
 class LocalFile(Storage):
     """A JSON file on a local filesystem, locked with ``filelock`` on ``<file>.lock``."""
 
-    def __init__(self, path: str, *, durable: bool) -> None:
+    def __init__(self, path: str, *, durable: bool, lock: str = "flock") -> None:
         self.location = path
         # A status file that is a symlink is followed: the target is replaced in its own
         # directory and the link is kept, so a run folder may point at shared storage.
@@ -170,8 +256,10 @@ class LocalFile(Storage):
         self._owner: tuple[int, int] | None = None
         self._pin = _Pin()
         weakref.finalize(self, self._pin.close)
-        self._lock_generation = -1
-        self._path_lock: _locking.PathLock | None = None
+        # issue 4/6 (lock plumbing): fetched now, so a bad or conflicting lock= fails at open.
+        self._lock_mode = lock
+        self._path_lock: _locking.PathLock | None = _locking.lock_for(self.lock_file, lock)
+        self._lock_generation = _locking.generation
         self._directory_ready = False
 
     @property
@@ -246,6 +334,11 @@ class LocalFile(Storage):
         self._version = None
 
     def changed(self) -> bool:
+        if self._lock_mode == "soft":
+            # issue 6 (lock="soft"): on a shared filesystem a stat may not show another machine's
+            # write yet (NFS caches attributes for seconds); opening the file to read it is what
+            # close-to-open consistency keeps current. So every write reads the file first.
+            return True
         try:
             st = os.stat(self._target)
         except FileNotFoundError:
@@ -261,7 +354,7 @@ class LocalFile(Storage):
 
     def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
         if self._lock_generation != _locking.generation or self._path_lock is None:
-            self._path_lock = _locking.lock_for(self.lock_file)
+            self._path_lock = _locking.lock_for(self.lock_file, self._lock_mode)
             self._lock_generation = _locking.generation
         self._ensure_directory()
         return self._hold(self._path_lock, timeout, configured)
@@ -391,3 +484,4 @@ class LocalFile(Storage):
 
     def close(self) -> None:
         self._pin.close()
+        self._path_lock = None  # its lock file descriptor closes once no store uses it

@@ -15,6 +15,15 @@ and hands the outcome to every thread whose change it carried. So each ``set`` s
 after a write holding its change is durable, and raises if that write failed. A thread whose change
 is still queued when its ``lock_timeout`` runs out takes it back and raises; once taken, a change
 is written (the leader holds every lock by then) and its thread waits for the outcome.
+
+Storage without a lock (an ``s3://`` object, ``Storage.conditional``). A write does not ask first
+whether the object changed: its conditional ``replace`` fails with ``Conflict`` if it did, and the
+store then re-reads, lays ``_pending`` over the new version key by key and tries again after a
+jittered, growing pause, until the call's ``lock_timeout`` is spent. Changes to different keys
+therefore never lose each other. A transaction's body may have decided on values it read, so a
+transaction also remembers which keys its body read (``_tx_reads``); if another writer changed one
+of them, retrying the writes alone would be wrong, and the transaction fails with ``_StaleRead``
+instead (``run_transaction`` runs the body again).
 """
 
 from __future__ import annotations
@@ -24,15 +33,17 @@ import copy
 import enum
 import logging
 import os
+import random
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from . import _locking
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
 from ._errors import (
+    TrainingStatusConflictError,
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
     TrainingStatusError,
@@ -45,7 +56,8 @@ from ._errors import (
     warn,
 )
 from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
-from ._storage import LocalFile, Storage
+from ._s3 import S3Object, is_s3_url
+from ._storage import Conflict, LocalFile, Storage
 from ._version import __version__
 
 __all__ = ["StatusStore"]
@@ -55,6 +67,16 @@ logger = logging.getLogger("trainstatus")
 _Name = str | enum.Enum
 _OWN_METADATA = ("stats_format_version", "trainstatus_version")
 _live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
+_T = TypeVar("_T")
+_ALL = ("", "")  # in ``_tx_reads``: the body read the whole document (``to_dict``)
+# Pause after a lost conditional write: grows from the first to the longest, each jittered
+# between half and all of it, so that writers that collided do not collide again in step.
+_FIRST_BACKOFF = 0.01
+_LONGEST_BACKOFF = 1.0
+
+
+class _StaleRead(TrainingStatusConflictError):
+    """A transaction's body read a key another writer changed before the transaction was written."""
 
 
 def _name(value: Any, what: str, location: str) -> str:
@@ -148,13 +170,25 @@ class StatusStore:
     - ``durable``: fsync the file and its directory on each write (the default). ``False`` keeps
       writes atomic (safe when the process is killed) but not safe against power loss.
     - ``lock_timeout``: seconds to wait for the lock before ``TrainingStatusLockTimeout``; ``None``
-      waits forever.
+      waits forever. On ``s3://``, how long a call may keep retrying conditional writes that other
+      writers won before ``TrainingStatusConflictError``.
+    - ``lock``: how writers of a local file exclude each other. ``"flock"`` (the default) locks
+      ``<file>.lock`` with ``flock``: fast, and freed by the kernel when its holder dies, but not
+      shared between machines on NFS and similar filesystems. ``"soft"`` holds a lease file,
+      ``<file>.softlock``, that works on any filesystem with exclusive create; a killed holder is
+      taken over at once on its own machine and after 10 s without renewal from another. Every
+      writer of one file must use the same mode.
     - ``metadata``: extra fields for the metadata block (e.g. ``{"torch_version": ...}``); a file
       written with different values of these fields gets a ``TrainingStatusVersionWarning``.
     - ``strict``: raise ``TrainingStatusCorruptError`` on a damaged file instead of keeping it
       aside and starting empty.
     - ``allow_downgrade``: let this version rewrite a file of a newer format (dropping its new
       format version); without it such a write raises ``TrainingStatusVersionError``.
+    - ``storage_options``: for an ``s3://bucket/key`` URL given as ``path`` (needs the ``s3``
+      extra): ``endpoint_url``, ``key``, ``secret``, ``token``, ``region_name``, ``profile``,
+      ``anon``, ``client_kwargs``, ``config_kwargs``, as s3fs names them. Without them boto3's usual
+      AWS environment and files apply. Such a store takes no lock: each write is a conditional
+      PUT, retried over the new version when another writer got in first.
     """
 
     def __init__(
@@ -165,12 +199,31 @@ class StatusStore:
         resume: bool = False,
         durable: bool = True,
         lock_timeout: float | None = 30.0,
+        lock: str = "flock",
         metadata: Mapping[str, Any] | None = None,
         strict: bool = False,
         allow_downgrade: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        location = os.path.abspath(os.fspath(path))
-        self._init(LocalFile(location, durable=durable), resume=resume, lock_timeout=lock_timeout,
+        given = os.fspath(path)
+        if lock not in _locking.LOCK_MODES:
+            raise ValueError(f"lock must be one of {', '.join(map(repr, _locking.LOCK_MODES))}, not {lock!r}")
+        if lock != "flock" and isinstance(given, str) and is_s3_url(given):
+            raise ValueError(
+                f"lock={lock!r} is for local paths; {given!r} is an s3:// object, which takes no lock "
+                "(writes are conditional). Leave lock= out."
+            )
+        storage: Storage
+        if isinstance(given, str) and is_s3_url(given):
+            storage = S3Object(given, storage_options)
+        elif storage_options is not None:
+            raise ValueError(
+                f"storage_options= is for s3:// URLs; {given!r} is a local path, which takes none. "
+                "Leave storage_options out, or give an s3://bucket/key URL."
+            )
+        else:
+            storage = LocalFile(os.path.abspath(given), durable=durable, lock=lock)
+        self._init(storage, resume=resume, lock_timeout=lock_timeout,
                    metadata=metadata, strict=strict, allow_downgrade=allow_downgrade)
 
     @classmethod
@@ -210,6 +263,7 @@ class StatusStore:
         self._cleared = False  # clear() pending: start from an empty document, own metadata only
         self._tx_depth = 0
         self._tx_owner: int | None = None
+        self._tx_reads: set[tuple[str, str]] | None = None  # see the module doc; guarded by _mutex
         self._tx_generation = _locking.generation
         self._forked_in_transaction = False
         self._closed = False
@@ -252,7 +306,10 @@ class StatusStore:
         metadata block can be read as category ``"metadata"``. Values written by other processes
         are seen after the next write, ``transaction()`` or ``reload()`` of this store.
         """
-        entry = self._lookup(_name(category, "category", self._location), _name(key, "key", self._location))
+        category_name, key_name = _name(category, "category", self._location), _name(key, "key", self._location)
+        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
+            self._note_read(category_name, key_name)
+        entry = self._lookup(category_name, key_name)
         return default if entry is None else decode(entry)
 
     def set(self, category: _Name, key: _Name, value: Any, /) -> None:
@@ -332,6 +389,8 @@ class StatusStore:
             if outer:
                 stack.enter_context(self._storage.lock(self._remaining(), configured=self._lock_timeout))
                 self._sync()
+                if self._storage.conditional:
+                    self._tx_reads = set()
                 self._tx_owner = threading.get_ident()
                 self._tx_generation = _locking.generation
                 stack.callback(self._end_transaction)
@@ -354,6 +413,28 @@ class StatusStore:
                     )
                 self._commit()
 
+    def run_transaction(self, func: Callable[[StatusStore], _T], /) -> _T:
+        """``func(store)`` inside ``transaction()``; its result. Run again if that was stale.
+
+        For a read-modify-write that must hold across writers on every kind of storage, e.g. a
+        shared counter: ``store.run_transaction(lambda s: s.set("c", "n", s.get("c", "n", 0) + 1))``.
+        On a local file the lock excludes every other writer, so ``func`` runs once. On ``s3://``,
+        where nothing locks, if another writer changed a key ``func`` read before the transaction
+        could be written, ``func`` runs again on the new state (so it should do nothing but read and
+        set on the store), until ``lock_timeout`` runs out (``TrainingStatusConflictError``).
+        Inside another transaction of this thread it just joins it.
+        """
+        with self._guard():
+            backoff = _FIRST_BACKOFF
+            while True:
+                try:
+                    with self.transaction():
+                        return func(self)
+                except _StaleRead:
+                    if self._tx_depth:  # joined an outer transaction: that one must be redone
+                        raise
+                    backoff = self._pause(backoff, None)
+
     def reload(self) -> None:
         """Read the file again if another writer changed it (no write, no lock held after)."""
         with self._guard():
@@ -362,6 +443,8 @@ class StatusStore:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The whole document as a plain dict (a copy), metadata block last."""
+        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
+            self._tx_reads.add(_ALL)
         result = {category: {key: decode(entry) for key, entry in entries.items()}
                   for category, entries in self._view().items()}
         result[METADATA] = {key: decode(entry) for key, entry in self._meta_view().items()}
@@ -631,14 +714,23 @@ class StatusStore:
         return max(0.0, self._deadline - time.monotonic())
 
     def _end_transaction(self) -> None:
+        self._tx_reads = None
         self._pending.clear()
         self._save_requested = False
         self._cleared = False
         self._tx_owner = None
 
-    def _sync(self) -> None:
-        """With the lock held: pick up a file another writer changed since we last saw it."""
-        if self._storage.changed():
+    def _note_read(self, category: str, key: str) -> None:
+        # A key this transaction already set is read from its own change, not from storage.
+        if (category, key) not in self._pending and not (self._cleared and category != METADATA):
+            self._tx_reads.add((category, key))  # type: ignore[union-attr]  # checked by the caller
+
+    def _sync(self, *, ask: bool = True) -> None:
+        """With the lock held: pick up a file another writer changed since we last saw it.
+
+        ``ask=False``: only if the storage already knows it is out of date (see ``Storage.stale``).
+        """
+        if self._storage.changed() if ask else self._storage.stale():
             logger.debug("%s changed on disk; merging", self._location)
             self._load(initial=False, locked=True)
             self._storage.cleanup()  # a change we did not make: its writer may have died since
@@ -649,8 +741,59 @@ class StatusStore:
             self._write()
 
     def _write(self) -> None:
-        """``_commit`` with the lock held."""
-        self._sync()
+        """``_commit`` with the lock held (on conditional storage: retried, see the module doc)."""
+        backoff = _FIRST_BACKOFF
+        while True:
+            try:
+                self._write_once()
+                return
+            except Conflict:
+                backoff = self._after_conflict(backoff)
+
+    def _after_conflict(self, backoff: float) -> float:
+        """Wait, then read the version that won; ``_StaleRead`` if it changed what the body read."""
+        backoff = self._pause(backoff, "conflict")
+        seen_doc, seen_meta = self._doc, self._meta
+        self._sync(ask=False)
+        for category, key in sorted(self._tx_reads or ()):
+            if (category, key) == _ALL:
+                stale = seen_doc != self._doc or seen_meta != self._meta
+            elif category == METADATA:
+                stale = seen_meta.get(key) != self._meta.get(key)
+            else:
+                stale = seen_doc.get(category, {}).get(key) != self._doc.get(category, {}).get(key)
+            if stale:
+                what = "the document" if (category, key) == _ALL else f"{category}/{key}"
+                raise _StaleRead(
+                    f"Another writer changed {what} in {self._location} after this transaction read "
+                    "it, so the transaction was not written: its changes may rest on the old value. "
+                    "Run it again on the new state (store.run_transaction(func) does that).",
+                    path=self._location,
+                    category=None if (category, key) == _ALL else category,
+                    key=None if (category, key) == _ALL else key,
+                )
+        return backoff
+
+    def _pause(self, backoff: float, why: str | None) -> float:
+        """Sleep about ``backoff`` s (jittered) within the call's deadline; the next backoff."""
+        delay = random.uniform(backoff / 2, backoff)
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TrainingStatusConflictError(
+                    f"Could not save {self._location}: other writers kept changing it for "
+                    f"{self._lock_timeout} s (lock_timeout), each time before this store's "
+                    "conditional write landed, so nothing of this call was written. Open the store "
+                    "with a longer lock_timeout=, or write less often.",
+                    path=self._location,
+                )
+            delay = min(delay, left)
+        logger.debug("%s: %s; retrying in %.3f s", self._location, why or "stale transaction", delay)
+        time.sleep(delay)
+        return min(2 * backoff, _LONGEST_BACKOFF)
+
+    def _write_once(self) -> None:
+        self._sync(ask=False)
         if not self._cleaned:
             self._storage.cleanup()
             self._cleaned = True
@@ -669,6 +812,8 @@ class StatusStore:
         data = render({**document, METADATA: meta})
         try:
             self._storage.replace(data)
+        except Conflict:
+            raise
         except TrainingStatusWriteError as exc:
             if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
                 self._doc, self._meta = document, meta
