@@ -104,7 +104,19 @@ def _client_factory(url: str, options: Mapping[str, Any]) -> Any:
 
 
 _sessions: dict[tuple[int, str], Any] = {}
+# Guards _sessions and making clients. Renewed in a forked child: another thread of the parent
+# may have held it (making a client takes ~10 ms, a session 0.3 s) and would never release it there.
 _sessions_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _sessions_lock
+    _sessions_lock = threading.Lock()
+    _sessions.clear()  # the parent's, keyed by its pid: useless here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _MissingExtra(TrainingStatusError, ImportError):
@@ -124,7 +136,6 @@ class S3Object(Storage):
         self._make_client = _client_factory(url, storage_options or {})
         self._client: Any = None
         self._client_pid = -1
-        self._client_lock = threading.Lock()
         # ETag of the version last read or written; None: there was no object; _UNKNOWN: forgotten.
         self._etag: str | None | object = _UNKNOWN
         self._last: bytes | None = None  # the bytes last read (what move_aside keeps)
@@ -135,11 +146,11 @@ class S3Object(Storage):
 
     def _s3(self) -> Any:
         # boto3 clients are thread-safe but not fork-safe (their connection pool): one per process.
+        # Two threads may both make one at first; either is fine. No lock here that a fork
+        # could leave held (making it takes _sessions_lock, renewed in a child).
         if self._client_pid != os.getpid():
-            with self._client_lock:
-                if self._client_pid != os.getpid():
-                    self._client = self._make_client()
-                    self._client_pid = os.getpid()
+            self._client = self._make_client()
+            self._client_pid = os.getpid()
         self.requests += 1
         return self._client
 
@@ -208,11 +219,25 @@ class S3Object(Storage):
                                            ContentType="application/json", **condition)
         except Exception as exc:
             code, status = _code(exc)
-            if code in _CONFLICT_CODES or status in (409, 412) or (self._etag is not None and code in _MISSING_KEY_CODES):
-                # (If-Match on an object deleted meanwhile answers 404: also someone else's change.)
+            refused = code in _CONFLICT_CODES or status in (409, 412) or (self._etag is not None and code in _MISSING_KEY_CODES)
+            # (If-Match on an object deleted meanwhile answers 404: also someone else's change.)
+            if refused and not _retried(exc):
                 self.conflicts += 1
                 self.forget()
                 raise Conflict() from exc
+            if refused:
+                # botocore retried after a first try whose answer was lost (a timeout, a reset, a
+                # 5xx): that try may have been applied, and then the retry is refused because of
+                # it. Merging and retrying here would apply this change again over whatever a
+                # rival wrote since (an increment twice, or an older value over a newer one).
+                self.forget()
+                raise TrainingStatusWriteError(
+                    f"Could not save {self.location}: the answer to the write was lost and the "
+                    f"automatic retry was then refused ({status} {code}), so the first try may or "
+                    "may not have been applied. The store kept its state as before this call; "
+                    "reload() to see the object, then set the value again if it is missing.",
+                    path=self.location,
+                ) from exc
             if not _is_boto_error(exc):
                 self.forget()
                 raise
@@ -271,6 +296,13 @@ def _code(exc: BaseException) -> tuple[str, int | None]:
     code = str(response.get("Error", {}).get("Code", ""))
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return code, status if isinstance(status, int) else None
+
+
+def _retried(exc: BaseException) -> bool:
+    """Whether botocore had sent the request more than once before this answer."""
+    response = getattr(exc, "response", None)
+    attempts = response.get("ResponseMetadata", {}).get("RetryAttempts", 0) if isinstance(response, dict) else 0
+    return isinstance(attempts, int) and attempts > 0
 
 
 def _is_boto_error(exc: BaseException) -> bool:

@@ -49,6 +49,7 @@ from ._errors import (
     TrainingStatusError,
     TrainingStatusLockTimeout,
     TrainingStatusMissingWarning,
+    TrainingStatusReadError,
     TrainingStatusTypeError,
     TrainingStatusValueError,
     TrainingStatusVersionError,
@@ -264,6 +265,7 @@ class StatusStore:
         self._tx_depth = 0
         self._tx_owner: int | None = None
         self._tx_reads: set[tuple[str, str]] | None = None  # see the module doc; guarded by _mutex
+        self._vanished = False  # the last read after opening found no document at all
         self._tx_generation = _locking.generation
         self._forked_in_transaction = False
         self._closed = False
@@ -343,6 +345,9 @@ class StatusStore:
         A category whose last key is deleted is removed too.
         """
         category_name, key_name = self._writable(category, key)
+        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
+            # Inside the caller's transaction, what delete returns is a read the body may act on.
+            self._note_read(category_name, key_name)
         with self.transaction():
             if self._lookup(category_name, key_name) is None:
                 return False
@@ -499,6 +504,18 @@ class StatusStore:
 
     def _load(self, *, initial: bool, locked: bool) -> None:
         data = self._storage.read()
+        self._vanished = data is None and not initial
+        try:
+            self._take(data, initial=initial, locked=locked)
+        except BaseException:
+            # Interrupted (Ctrl-C) before the document read is installed: the storage already
+            # records that version as seen, which would let the next write replace it with the
+            # older document in memory. Forget it, so that write reads again.
+            self._storage.forget()
+            raise
+
+    def _take(self, data: bytes | None, *, initial: bool, locked: bool) -> None:
+        """``_load`` from the bytes read (None: no document)."""
         if data is None:
             if not initial:
                 # Removed under us (by hand, or kept aside as damaged by another store): what this
@@ -752,11 +769,19 @@ class StatusStore:
 
     def _after_conflict(self, backoff: float) -> float:
         """Wait, then read the version that won; ``_StaleRead`` if it changed what the body read."""
-        backoff = self._pause(backoff, "conflict")
+        try:
+            backoff = self._pause(backoff, "conflict")
+        except TrainingStatusConflictError:
+            # Out of time: still show what won (other writers' values), as a write that lost does.
+            with contextlib.suppress(TrainingStatusReadError):
+                self._sync(ask=False)
+            raise
         seen_doc, seen_meta = self._doc, self._meta
         self._sync(ask=False)
         for category, key in sorted(self._tx_reads or ()):
-            if (category, key) == _ALL:
+            if self._vanished:  # deleted meanwhile: whatever the body read is gone
+                stale = True
+            elif (category, key) == _ALL:
                 stale = seen_doc != self._doc or seen_meta != self._meta
             elif category == METADATA:
                 stale = seen_meta.get(key) != self._meta.get(key)
