@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from trainstatus import StatusStore
+from trainstatus import StatusStore, _locking
 
 
 def same(a: Any, b: Any) -> bool:
@@ -97,3 +97,69 @@ def run_threads(targets: list[Callable[[], None]], *, timeout: float = 60.0) -> 
         thread.join(max(0.0, deadline - time.monotonic()))
     assert not any(t.is_alive() for t in threads), "a worker thread hung (deadlock?)"
     assert not errors, errors[0]
+
+
+# -- lock="soft": a holder in another process, and the message a waiter gets ------------------------
+
+_SOFT_HOLDER = """
+import os, sys
+from trainstatus import StatusStore, _locking
+_locking.SOFT_LEASE_SECONDS = float(sys.argv[2])
+store = StatusStore(sys.argv[1], lock="soft", durable=False)
+with store.transaction():
+    store.set("holder", "pid", os.getpid())
+    print(os.getpid(), flush=True)
+    sys.stdin.readline()
+print("released", flush=True)
+"""
+
+
+# A soft-mode writer on another machine, as this machine sees it: it holds the lease file, and its
+# flock (if the filesystem shares one at all) is not visible here.
+_REMOTE_HOLDER = """
+import os, sys, filelock
+lease = filelock.SoftFileLease(sys.argv[1] + ".softlock", thread_local=False, lease_duration=float(sys.argv[2]))
+lease.acquire()
+print(os.getpid(), flush=True)
+sys.stdin.readline()
+lease.release()
+print("released", flush=True)
+"""
+
+
+@contextmanager
+def soft_holder(path: Path, lease: float | None = None, *, remote: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """A child holds a lock="soft" transaction on ``path`` until the block ends (or it is killed);
+    ``remote``: holds only the lease, like a writer on another machine."""
+    lease = _locking.SOFT_LEASE_SECONDS if lease is None else lease
+    with subprocess.Popen(
+        [sys.executable, "-c", _REMOTE_HOLDER if remote else _SOFT_HOLDER, str(path), str(lease)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    ) as child:
+        assert child.stdout is not None and child.stdin is not None
+        try:
+            assert int(child.stdout.readline()) == child.pid
+            yield child
+            if child.poll() is None:
+                child.stdin.write("\n")
+                child.stdin.flush()
+                assert child.stdout.readline() == "released\n"
+                assert child.wait(timeout=60) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def soft_message(path: Path, timeout: float, pid: int) -> str:
+    from filelock._identity import (
+        host_name,  # what filelock records as the holder's machine
+    )
+
+    return (
+        f"Could not lock {path} within {timeout} s: process {pid} on {host_name()} holds "
+        f"{path}.softlock (a write or an open transaction). Let it finish, or open the store with a "
+        f"longer lock_timeout=. A holder that was killed is taken over once its lease has gone "
+        f"{_locking.SOFT_LEASE_SECONDS:g} s without renewal (at once on its own machine); if it is "
+        f"gone and you cannot wait, delete {path}.softlock."
+    )

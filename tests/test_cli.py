@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import read_fresh, same
+from _helpers import read_fresh, same, soft_holder, soft_message
 
 from trainstatus import TrainingStatusVersionWarning, __version__
 from trainstatus._load import Corrupt, check_metadata, load_document
@@ -359,6 +359,18 @@ def test_set_while_another_process_holds_a_transaction_fails_in_one_line(tmp_pat
         "let that write or transaction finish, or pass a longer --lock-timeout"))
     after = read_fresh(path)
     assert after["holder"] == {"key": 1} and after["wall_height"] == {"lesson_num": 3}
+
+
+def test_set_with_a_soft_lock_waits_for_a_lease_held_on_another_machine(tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    before = path.read_bytes()
+    with soft_holder(path, remote=True) as holder:  # only the lease file, as a remote writer holds it
+        result = run("set", "--lock", "soft", "--lock-timeout", "0.5", path, "wall_height", "lesson_num", "0")
+        assert path.read_bytes() == before
+        assert result == Result(2, "", error(soft_message(path, 0.5, holder.pid)))
+    assert run("set", "--lock", "soft", path, "wall_height", "lesson_num", "0").code == 0
+    assert read_fresh(path)["wall_height"] == {"lesson_num": 0}
+    assert not Path(f"{path}.softlock").exists()  # the lease is given back
 
 
 def test_set_waits_for_a_transaction_and_keeps_its_changes(tmp_path: Path) -> None:

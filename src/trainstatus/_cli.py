@@ -48,6 +48,7 @@ from ._load import (
     load_document,
 )
 from ._storage import LocalFile
+from ._locking import LOCK_MODES
 from ._s3 import is_s3_url
 from ._store import StatusStore
 from ._version import __version__
@@ -238,8 +239,8 @@ def _parse_value(text: str) -> Any:
         return text  # not JSON: the text itself
 
 
-def _open_store(path: str, lock_timeout: float) -> StatusStore:
-    return StatusStore(path, lock_timeout=lock_timeout)
+def _open_store(args: argparse.Namespace) -> StatusStore:
+    return StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock)
 
 
 def _reserved(exc: TrainingStatusValueError, args: argparse.Namespace) -> _Fail | None:
@@ -260,7 +261,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
             f"cannot create {args.path}: the directory {directory} does not exist; "
             "create it first (mkdir -p)"
         )
-    store = _open_store(args.path, args.lock_timeout)
+    store = _open_store(args)
     try:
         with store.transaction():
             created = not os.path.exists(store.path)
@@ -280,7 +281,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
 def _cmd_delete(args: argparse.Namespace) -> int:
     if not os.path.exists(args.path):
         raise _Fail(f"no status file at {args.path}")
-    store = _open_store(args.path, args.lock_timeout)
+    store = _open_store(args)
     try:
         with store.transaction():
             old = store.get(args.category, args.key, _MISSING)
@@ -571,7 +572,7 @@ def _cmd_corrupt_restore(args: argparse.Namespace) -> int:
         ) from None
     directory, name = _target(args.path)
     shown = _shown_directory(args.path, directory)
-    storage = LocalFile(os.path.abspath(args.path), durable=True)
+    storage = LocalFile(os.path.abspath(args.path), durable=True, lock=args.lock)
     kept = None
     try:
         with storage.lock(args.lock_timeout, configured=args.lock_timeout):
@@ -631,6 +632,11 @@ def _parser() -> argparse.ArgumentParser:
         "--lock-timeout", type=_seconds, default=DEFAULT_LOCK_TIMEOUT, metavar="SECONDS",
         help=f"wait at most this long for the lock (default {DEFAULT_LOCK_TIMEOUT:g}) when a "
              "trainer is writing or in a transaction",
+    )
+    locking.add_argument(
+        "--lock", choices=LOCK_MODES, default="flock",
+        help="how writers exclude each other: flock (the default), or soft for a file on NFS or "
+             "another shared filesystem that trainers on several machines open with lock=\"soft\"",
     )
 
     def command(name: str, run: Callable[[argparse.Namespace], int], help: str, epilog: str,
@@ -795,7 +801,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _error(exc.message)
             return exc.code
         except TrainingStatusLockTimeout as exc:
-            _error(_lock_timeout_message(exc, args.lock_timeout))
+            # A soft lock's own message names the lease file and its holder (pid and host).
+            _error(str(exc) if getattr(args, "lock", "flock") == "soft" else _lock_timeout_message(exc, args.lock_timeout))
             return EXIT_ERROR
         except BrokenPipeError:
             # The reader went away (`trainstatus show ... | head`): stop quietly.
