@@ -47,9 +47,9 @@ from ._load import (
     check_metadata,
     load_document,
 )
-from ._storage import LocalFile
 from ._locking import LOCK_MODES
 from ._s3 import is_s3_url
+from ._storage import LocalFile
 from ._store import StatusStore
 from ._version import __version__
 
@@ -801,8 +801,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _error(exc.message)
             return exc.code
         except TrainingStatusLockTimeout as exc:
-            # A soft lock's own message names the lease file and its holder (pid and host).
-            _error(str(exc) if getattr(args, "lock", "flock") == "soft" else _lock_timeout_message(exc, args.lock_timeout))
+            if getattr(args, "lock", "flock") == "soft":
+                # A soft lock's own message names the lease file and its holder (pid and host).
+                _error(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout"))
+            else:
+                _error(_lock_timeout_message(exc, args.lock_timeout))
             return EXIT_ERROR
         except BrokenPipeError:
             # The reader went away (`trainstatus show ... | head`): stop quietly.
