@@ -45,7 +45,7 @@ import filelock
 
 from ._errors import TrainingStatusLockTimeout, TrainingStatusWriteError
 
-__all__ = ["LOCK_MODES", "SOFT_LEASE_SECONDS", "PathLock", "generation", "lock_for"]
+__all__ = ["LOCK_MODES", "SOFT_LEASE_SECONDS", "Descriptor", "PathLock", "close_all", "generation", "lock_for"]
 
 LOCK_MODES = ("flock", "soft")
 # Every writer of one file must agree on this (filelock refuses a lease of another duration). A
@@ -76,7 +76,14 @@ class _CannotFlock(Exception):
         self.error = error
 
 
-def _close_all(held: list[tuple[int, Callable[[int], None]]]) -> None:
+# An open descriptor with the ``os.close`` of the ``os`` that opened it. pyfakefs swaps ``os`` in
+# tests: a fake descriptor closed by the real ``os.close`` after the fake filesystem is gone (an
+# object collected later) would close whatever real file has that number.
+Descriptor = tuple[int, Callable[[int], None]]
+
+
+def close_all(held: list[Descriptor]) -> None:
+    """Close and remove every descriptor of ``held``; one already closed is not an error."""
     while held:
         fd, close = held.pop()
         try:
@@ -102,13 +109,13 @@ class _HeldDescriptor:
     def __init__(self, path: str) -> None:
         self.path = path
         # [(fd, its close)] once open; closed when this object goes (or in a forked child).
-        self._held: list[tuple[int, Callable[[int], None]]] = []
+        self._held: list[Descriptor] = []
         self._opened_by: Any = None  # the os module that opened it
-        weakref.finalize(self, _close_all, self._held)
+        weakref.finalize(self, close_all, self._held)
 
     def _open(self) -> int:
         if self._held and self._opened_by is not os:
-            _close_all(self._held)  # opened under (or before) pyfakefs: not ours to use now
+            close_all(self._held)  # opened under (or before) pyfakefs: not ours to use now
         if not self._held:
             fd = os.open(self.path, _OPEN_FLAGS, 0o666)
             self._held.append((fd, os.close))
@@ -116,7 +123,7 @@ class _HeldDescriptor:
         return self._held[0][0]
 
     def close(self) -> None:
-        _close_all(self._held)
+        close_all(self._held)
 
     def try_lock(self) -> bool:
         while True:
@@ -329,7 +336,7 @@ def _after_fork_in_child() -> None:
     _inherited.append(inherited)
     for lock in inherited:
         # Only our copy: the parent's flock lasts while its own descriptor is open.
-        _close_all(lock._file_lock._held)
+        close_all(lock._file_lock._held)
     _registry = weakref.WeakValueDictionary()
     _registry_mutex = threading.Lock()
     generation += 1

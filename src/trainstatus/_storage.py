@@ -17,7 +17,7 @@ import os
 import stat
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import ContextManager
 
 from . import _atomic, _locking
@@ -130,15 +130,6 @@ def default_file_mode() -> int:
     return 0o666 & ~mask
 
 
-_Descriptor = tuple[Callable[[int], None], int]  # (the close of the os that opened it, fd)
-
-
-def _close_descriptor(descriptor: _Descriptor) -> None:
-    close, fd = descriptor
-    with contextlib.suppress(Exception):  # closed behind our back, or pyfakefs torn down: nothing to free
-        close(fd)
-
-
 class _Closer:
     """Closes the descriptors of replaced file versions on a background thread.
 
@@ -150,11 +141,11 @@ class _Closer:
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._queued: list[_Descriptor] = []
+        self._queued: list[_locking.Descriptor] = []
         self._closing = 0  # descriptors taken by the thread and not closed yet; guarded by _cond
         self._thread: threading.Thread | None = None
 
-    def close(self, fds: list[_Descriptor]) -> None:
+    def close(self, fds: list[_locking.Descriptor]) -> None:
         with self._cond:
             self._queued.extend(fds)
             if self._thread is None:
@@ -169,8 +160,7 @@ class _Closer:
                     self._cond.wait()
                 batch, self._queued = self._queued, []
                 self._closing = len(batch)
-            for descriptor in batch:
-                _close_descriptor(descriptor)
+            _locking.close_all(batch)
             with self._cond:
                 self._closing = 0
                 self._cond.notify_all()
@@ -186,8 +176,7 @@ class _Closer:
         # lost (a few descriptors, copies of the parent's). What was still queued is closed here.
         queued = self._queued
         self.__init__()  # type: ignore[misc]  # a fresh, unlocked state, as in a new process
-        for descriptor in queued:
-            _close_descriptor(descriptor)
+        _locking.close_all(queued)
 
 
 _closer = _Closer()
@@ -201,27 +190,25 @@ class _Pin:
     A pin replaced by our own write is *retired*, not closed at once: once this thread releases
     the lock, retired pins go to the background ``_closer`` (see there why).
 
-    Each descriptor is kept with the ``os.close`` of the ``os`` that opened it: pyfakefs swaps
-    ``os`` in tests, and a fake descriptor closed by the real ``os.close`` after the fake
-    filesystem is gone (a store collected later) would close whatever real file has that number.
+    Each descriptor is kept with the ``os.close`` of the ``os`` that opened it (``_locking.Descriptor``).
     """
 
     def __init__(self) -> None:
-        self._current: _Descriptor | None = None
-        self.retired: list[_Descriptor] = []
+        self._current: _locking.Descriptor | None = None
+        self.retired: list[_locking.Descriptor] = []
 
     @property
     def fd(self) -> int | None:
-        return None if self._current is None else self._current[1]
+        return None if self._current is None else self._current[0]
 
     def set(self, fd: int | None) -> None:
-        old, self._current = self._current, None if fd is None else (os.close, fd)
+        old, self._current = self._current, None if fd is None else (fd, os.close)
         if old is not None:
-            _close_descriptor(old)
+            _locking.close_all([old])
 
     def replace(self, fd: int) -> None:
         """Pin ``fd`` and retire the previous pin (closed later by ``close_retired``)."""
-        old, self._current = self._current, (os.close, fd)
+        old, self._current = self._current, (fd, os.close)
         if old is not None:
             self.retired.append(old)
 
@@ -232,8 +219,7 @@ class _Pin:
 
     def close(self) -> None:
         self.set(None)
-        while self.retired:  # at once: a closed store holds nothing open
-            _close_descriptor(self.retired.pop())
+        _locking.close_all(self.retired)  # at once: a closed store holds nothing open
 
 
 def _version(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -256,7 +242,7 @@ class LocalFile(Storage):
         self._owner: tuple[int, int] | None = None
         self._pin = _Pin()
         weakref.finalize(self, self._pin.close)
-        # issue 4/6 (lock plumbing): fetched now, so a bad or conflicting lock= fails at open.
+        # Fetched now, so that a bad or conflicting lock= fails at open.
         self._lock_mode = lock
         self._path_lock: _locking.PathLock | None = _locking.lock_for(self.lock_file, lock)
         self._lock_generation = _locking.generation
@@ -335,7 +321,7 @@ class LocalFile(Storage):
 
     def changed(self) -> bool:
         if self._lock_mode == "soft":
-            # issue 6 (lock="soft"): on a shared filesystem a stat may not show another machine's
+            # On a shared filesystem a stat may not show another machine's
             # write yet (NFS caches attributes for seconds); opening the file to read it is what
             # close-to-open consistency keeps current. So every write reads the file first.
             return True

@@ -778,26 +778,34 @@ class StatusStore:
             raise
         seen_doc, seen_meta = self._doc, self._meta
         self._sync(ask=False)
+        stale = self._stale_read(seen_doc, seen_meta)
+        if stale is not None:
+            whole = stale == _ALL
+            what = "the document" if whole else f"{stale[0]}/{stale[1]}"
+            raise _StaleRead(
+                f"Another writer changed {what} in {self._location} after this transaction read "
+                "it, so the transaction was not written: its changes may rest on the old value. "
+                "Run it again on the new state (store.run_transaction(func) does that).",
+                path=self._location,
+                category=None if whole else stale[0],
+                key=None if whole else stale[1],
+            )
+        return backoff
+
+    def _stale_read(self, seen_doc: dict[str, dict[str, Entry]], seen_meta: dict[str, Entry]) -> tuple[str, str] | None:
+        """The first key the transaction read whose stored value differs from ``seen_*``."""
         for category, key in sorted(self._tx_reads or ()):
             if self._vanished:  # deleted meanwhile: whatever the body read is gone
-                stale = True
-            elif (category, key) == _ALL:
-                stale = seen_doc != self._doc or seen_meta != self._meta
+                return category, key
+            if (category, key) == _ALL:
+                if seen_doc != self._doc or seen_meta != self._meta:
+                    return _ALL
             elif category == METADATA:
-                stale = seen_meta.get(key) != self._meta.get(key)
-            else:
-                stale = seen_doc.get(category, {}).get(key) != self._doc.get(category, {}).get(key)
-            if stale:
-                what = "the document" if (category, key) == _ALL else f"{category}/{key}"
-                raise _StaleRead(
-                    f"Another writer changed {what} in {self._location} after this transaction read "
-                    "it, so the transaction was not written: its changes may rest on the old value. "
-                    "Run it again on the new state (store.run_transaction(func) does that).",
-                    path=self._location,
-                    category=None if (category, key) == _ALL else category,
-                    key=None if (category, key) == _ALL else key,
-                )
-        return backoff
+                if seen_meta.get(key) != self._meta.get(key):
+                    return category, key
+            elif seen_doc.get(category, {}).get(key) != self._doc.get(category, {}).get(key):
+                return category, key
+        return None
 
     def _pause(self, backoff: float, why: str | None) -> float:
         """Sleep about ``backoff`` s (jittered) within the call's deadline; the next backoff."""
