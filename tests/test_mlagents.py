@@ -748,3 +748,12 @@ def test_sets_from_a_thread_never_hit_a_store_closed_by_a_concurrent_rebinding(t
         thread.join(timeout=30)
     assert not thread.is_alive()
     assert errors == []
+
+
+def test_saved_state_reads_an_unknown_category_as_empty_without_creating_it(tmp_path: Path) -> None:
+    GlobalTrainingStatus.start_fresh(tmp_path / "training_status.json")
+    GlobalTrainingStatus.set_parameter_state("wall_height", StatusType.LESSON_NUM, 1)
+    state = GlobalTrainingStatus.saved_state
+    assert state["NoSuchBehavior"] == {}  # as ML-Agents' defaultdict
+    assert "NoSuchBehavior" not in state and "NoSuchBehavior" not in GlobalTrainingStatus.saved_state
+    assert json.loads(json.dumps(state)) == {"wall_height": {"lesson_num": 1}, "metadata": FRESH_METADATA}

@@ -11,10 +11,10 @@ import dataclasses
 import enum
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._errors import TrainingStatusError, TrainingStatusVersionWarning, warn
+from ._errors import TrainingStatusError, TrainingStatusTypeError, TrainingStatusVersionWarning, warn
 from ._load import STATUS_FORMAT_VERSION, compare_metadata
 from ._storage import Memory
 from ._store import StatusStore
@@ -83,11 +83,75 @@ class StatusMetaData:
             warn(TrainingStatusVersionWarning(message))
 
 
+class _SavedState(dict[str, dict[str, Any]]):
+    """A copy of the whole status in which an unknown category reads as ``{}``.
+
+    ML-Agents' ``saved_state`` is a ``defaultdict``: code written for it indexes categories that
+    may not exist yet. The ``{}`` handed out is not stored (this is a copy; nothing is created).
+    """
+
+    def __missing__(self, category: Any) -> dict[str, Any]:
+        return {}
+
+
+_READ_ONLY = (
+    "GlobalTrainingStatus.saved_state is a read-only view of the status written through by "
+    "trainstatus; nothing was stored. Call GlobalTrainingStatus.set_parameter_state(category, key, "
+    "value) to change a value."
+)
+
+
+class _ReadOnlyCategory(dict[str, Any]):
+    """One category of ``SavedStateView``: a copy that refuses to be changed, so that code
+    assigning into ``saved_state[category][key]`` (which worked on ML-Agents' dict) fails loudly
+    instead of changing a copy nobody reads."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TrainingStatusTypeError(_READ_ONLY)
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    update = pop = popitem = setdefault = clear = _refuse
+
+
+class SavedStateView(Mapping[str, dict[str, Any]]):
+    """The live, read-only ``saved_state`` of a class whose metaclass cannot be changed.
+
+    ML-Agents' ``GlobalTrainingStatus`` is a plain class, so its ``saved_state`` cannot become a
+    property: the plugin puts this view there instead. Every read sees the status as it is now
+    (a copy, as ``get_parameter_state`` gives); an unknown category reads as ``{}``. Assigning to
+    it raises ``TypeError`` rather than being silently dropped.
+    """
+
+    def __getitem__(self, category: str) -> dict[str, Any]:
+        return _ReadOnlyCategory(GlobalTrainingStatus.saved_state[category])
+
+    def __setitem__(self, category: str, value: Any) -> None:
+        raise TrainingStatusTypeError(_READ_ONLY, category=category)
+
+    def __delitem__(self, category: str) -> None:
+        raise TrainingStatusTypeError(_READ_ONLY, category=category)
+
+    def __contains__(self, category: object) -> bool:  # Mapping's would call __getitem__, never a KeyError
+        return category in GlobalTrainingStatus.store().to_dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(GlobalTrainingStatus.saved_state)
+
+    def __len__(self) -> int:
+        return len(GlobalTrainingStatus.store().to_dict())
+
+    def __repr__(self) -> str:
+        return f"SavedStateView({GlobalTrainingStatus.store().to_dict()!r})"
+
+
 class _GlobalTrainingStatusType(type):
     @property
     def saved_state(cls) -> dict[str, dict[str, Any]]:
-        """The whole status as a plain dict (a copy: change it with ``set_parameter_state``)."""
-        return GlobalTrainingStatus.store().to_dict()
+        """The whole status as a plain dict (a copy: change it with ``set_parameter_state``).
+
+        As in ML-Agents, an unknown category reads as ``{}`` (here without creating it).
+        """
+        return _SavedState(GlobalTrainingStatus.store().to_dict())
 
 
 def _memory_store() -> StatusStore:
@@ -196,6 +260,19 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
             GlobalTrainingStatus._store = _memory_store()
             GlobalTrainingStatus._bound = False
             GlobalTrainingStatus._options = {}
+
+    @staticmethod
+    def _configure(**options: Any) -> None:
+        """Options for the next binding, where the caller gives none (the ML-Agents plugin's metadata)."""
+        with GlobalTrainingStatus._mutex:
+            GlobalTrainingStatus._options = {**GlobalTrainingStatus._options, **options}
+
+    @staticmethod
+    def _bound_to(path: str | os.PathLike[str]) -> bool:
+        """Is the status bound to ``path`` (the same file, however it is spelled)?"""
+        with GlobalTrainingStatus._mutex:
+            store = GlobalTrainingStatus._store
+            return GlobalTrainingStatus._bound and os.path.realpath(store.path) == os.path.realpath(path)
 
     @staticmethod
     def _merged(options: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,194 @@
+"""The ML-Agents plugin: with trainstatus installed, ``mlagents-learn`` writes its status through.
+
+ML-Agents' modules each did ``from mlagents.trainers.training_status import GlobalTrainingStatus``
+long before any plugin runs, so replacing the name in that module would change nothing: the
+plugin *routes the class object they all hold*, replacing its static methods (and its
+``saved_state``) by trainstatus's drop-in, which is bound to the run's
+``<results_dir>/<run_id>/run_logs/training_status.json``.
+
+ML-Agents gives plugins two moments, both through entry points (registered unconditionally: only
+ML-Agents reads these groups, so they cost nothing to anyone else):
+
+- ``mlagents.trainer_type`` entry points are called (with no arguments) while ``mlagents-learn``
+  parses its command line, before ``run_training`` reads the status of a ``--resume`` run.
+  :func:`trainer_types` routes the class there, so that read is trainstatus's own (validation,
+  damaged files kept aside, version warnings) instead of a bare ``json.load`` that crashes on a
+  half-written file. It adds no trainer type.
+- ``mlagents.stats_writer`` entry points are called with the run's ``RunOptions`` after that read
+  and before the curriculum, the trainers and the ghost trainer touch the status.
+  :func:`stats_writers` routes the class if the first moment did not happen (``run_training``
+  called directly), and binds it: a fresh run at once (the file exists from that moment, so a kill
+  a second later still resumes), a ``--resume`` run to the file just read. It returns no writer.
+
+ML-Agents catches and logs every exception of a plugin and then goes on without it, which for this
+plugin means: the status is saved at exit by ML-Agents, as before. So every refusal here (an
+unsupported ML-Agents release, a bad ``TRAINSTATUS_MLAGENTS``) is an exception with a message that
+says what to do; ML-Agents prints it with its traceback at ERROR level.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ._errors import TrainingStatusError
+from ._mlagents import GlobalTrainingStatus, SavedStateView
+
+__all__ = ["ENV_VAR", "STATUS_FILE_NAME", "SUPPORTED_RELEASES", "stats_writers", "trainer_types"]
+
+ENV_VAR = "TRAINSTATUS_MLAGENTS"
+STATUS_FILE_NAME = "training_status.json"  # learn.py's TRAINING_STATUS_FILE_NAME
+
+# (major, minor) of the mlagents releases routed. 1.0 (release 21) and 1.1 (release 22) have the
+# same training_status.py, checkpoint_manager.py and environment_parameter_manager.py, byte for
+# byte, and every status change in them goes through set_parameter_state (the checkpoint manager
+# sets the list back after changing it). Older releases are refused: some mutated the list that
+# get_parameter_state returned and never set it back, which a write-through store (whose get
+# returns a copy) would silently lose. Newer ones are refused until they are checked.
+SUPPORTED_RELEASES = {(1, 0): "release 21", (1, 1): "release 22"}
+
+_ON = ("", "1", "on", "true", "yes")
+_OFF = ("0", "off", "false", "no")
+_ROUTED = "_trainstatus_routed"  # set on ML-Agents' class once its methods are ours
+
+_logger: logging.Logger | None = None
+
+
+def trainer_types() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Entry point ``mlagents.trainer_type``: route the status before ``mlagents-learn`` reads it.
+
+    Returns no trainer types and no trainer settings.
+    """
+    if _enabled():
+        _route()
+    return {}, {}
+
+
+def stats_writers(run_options: Any) -> list[Any]:
+    """Entry point ``mlagents.stats_writer``: bind ML-Agents' status to the run's file.
+
+    Returns no stats writers.
+    """
+    if not _enabled():
+        _log().info(
+            "trainstatus: %s=%s, ML-Agents saves the training status itself, at exit.",
+            ENV_VAR,
+            os.environ.get(ENV_VAR),
+        )
+        return []
+    _route()
+    settings = run_options.checkpoint_settings
+    path = os.path.join(settings.run_logs_dir, STATUS_FILE_NAME)
+    if settings.resume:
+        if not GlobalTrainingStatus._bound_to(path):
+            # trainer_types did not run (run_training was called directly): ML-Agents read the file
+            # with json.load; read it again through trainstatus, which validates it.
+            _unbind_other_run()
+            GlobalTrainingStatus.load_state(path)
+    else:
+        # A new run, --force, --initialize-from, --inference without --resume: ML-Agents starts
+        # from an empty status and replaces the file at exit; this replaces it now.
+        _unbind_other_run()
+        GlobalTrainingStatus.start_fresh(path, overwrite=True)
+        GlobalTrainingStatus.store().save()
+    _log().info(
+        "trainstatus: the training status is written through to %s: every change is on disk when "
+        "ML-Agents' set_parameter_state returns (%s=off turns this off).",
+        GlobalTrainingStatus.store().path,
+        ENV_VAR,
+    )
+    return []
+
+
+def enabled_from(value: str | None) -> bool:
+    """What ``TRAINSTATUS_MLAGENTS=value`` means (unset means on)."""
+    if value is None or value.strip().lower() in _ON:
+        return True
+    if value.strip().lower() in _OFF:
+        return False
+    raise TrainingStatusError(
+        f"{ENV_VAR}={value!r} is neither on nor off, so the trainstatus plugin is not used for "
+        f"this run and ML-Agents saves the training status only at exit. Set {ENV_VAR}=off to turn "
+        "the plugin off, or unset it (or 1, on) to write the status through."
+    )
+
+
+def supported(version: str) -> bool:
+    """Does the plugin route this ``mlagents`` version (``mlagents.trainers.__version__``)?"""
+    parts = version.split(".")
+    try:
+        release = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return False
+    return release in SUPPORTED_RELEASES
+
+
+def _enabled() -> bool:
+    return enabled_from(os.environ.get(ENV_VAR))
+
+
+def _route() -> None:
+    """Make ML-Agents' ``GlobalTrainingStatus`` class object use trainstatus's drop-in."""
+    import mlagents.trainers
+    from mlagents.trainers import training_status
+
+    version = str(mlagents.trainers.__version__)
+    if not supported(version):
+        releases = " and ".join(f"{a}.{b} ({name})" for (a, b), name in SUPPORTED_RELEASES.items())
+        raise TrainingStatusError(
+            f"trainstatus does not route the training status of mlagents {version}: it supports "
+            f"mlagents {releases}, whose checkpoint manager sets every list it changes back. "
+            f"ML-Agents saves the status at exit, as without trainstatus. Use mlagents 1.1.0 to "
+            f"write it through, or set {ENV_VAR}=off to silence this message."
+        )
+    native = training_status.GlobalTrainingStatus
+    if getattr(native, _ROUTED, False):
+        return
+    # ML-Agents' own metadata block (its version, torch's), so that a resume with other versions
+    # warns, as ML-Agents' load_state does.
+    metadata = dict(training_status.StatusMetaData().to_dict())
+    metadata.pop("stats_format_version", None)
+    GlobalTrainingStatus._configure(metadata=metadata)
+    # Values ML-Agents already holds that are not a loaded file's (nothing, in learn.py's order)
+    # go to the drop-in before it is bound, which writes them at binding.
+    for category, entries in list(native.saved_state.items()):
+        if category != "metadata" and isinstance(entries, dict):
+            for key, value in entries.items():
+                GlobalTrainingStatus.set_parameter_state(category, key, value)
+    native.load_state = staticmethod(_load_state)
+    native.save_state = staticmethod(_save_state)
+    native.set_parameter_state = staticmethod(GlobalTrainingStatus.set_parameter_state)
+    native.get_parameter_state = staticmethod(GlobalTrainingStatus.get_parameter_state)
+    native.saved_state = SavedStateView()
+    setattr(native, _ROUTED, True)
+
+
+def _load_state(path: str) -> None:
+    """ML-Agents' ``load_state(path)`` (``--resume``): bind to ``path``, reading it through trainstatus."""
+    if not GlobalTrainingStatus._bound_to(path):
+        _unbind_other_run()
+        GlobalTrainingStatus.load_state(path)
+
+
+def _save_state(path: str) -> None:
+    """ML-Agents' ``save_state(path)`` at exit: the bound file is rewritten as it stands."""
+    GlobalTrainingStatus.save_state(path)
+
+
+def _unbind_other_run() -> None:
+    """Forget a status bound to another file (an earlier run in this process), keep the options."""
+    if GlobalTrainingStatus._bound:
+        options = dict(GlobalTrainingStatus._options)
+        GlobalTrainingStatus.reset()
+        GlobalTrainingStatus._configure(**options)
+
+
+def _log() -> logging.Logger:
+    """A logger ML-Agents prints (it configures its loggers itself; trainstatus never does)."""
+    global _logger
+    if _logger is None:
+        from mlagents_envs.logging_util import get_logger
+
+        _logger = get_logger("trainstatus.mlagents")
+    return _logger

@@ -1,0 +1,395 @@
+"""The ML-Agents plugin (_mlagents_plugin.py), against ML-Agents 1.1.0's real modules.
+
+The trainer processes run in the ML-Agents environment of tests/_mlagents_env.py (built once per
+checkout, ~30 s) with tests/_mlagents_trainer.py, which drives ML-Agents' own curriculum and
+checkpoint managers and transcribes the status calls of the modules that need torch; the first
+test checks that transcription against the installed ML-Agents sources.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus import TrainingStatusError
+from trainstatus import _mlagents_plugin as plugin
+
+import _mlagents_env
+
+HERE = Path(__file__).resolve().parent
+TRAINER = HERE / "_mlagents_trainer.py"
+DATA = HERE / "data" / "mlagents_training_status.json"
+KEEP = 3
+
+
+@pytest.fixture(scope="session")
+def mla_python() -> Path:
+    return _mlagents_env.ensure()
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE", "PYTHON"))}
+    env.pop(plugin.ENV_VAR, None)
+    env.update(extra)
+    return env
+
+
+class Run:
+    """A trainer process and the acknowledgements it printed."""
+
+    def __init__(self, python: Path, results: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [str(python), str(TRAINER), "--results-dir", str(results), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or env_with(), cwd=results,
+        )
+        self.acks: list[dict[str, Any]] = []
+        self.lines: list[str] = []
+        self.err = ""
+
+    def read_until(self, done: Any, timeout: float = 60.0) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                self.finish()
+                raise AssertionError(f"trainer ended early: {''.join(self.lines)}\n{self.err}")
+            self.lines.append(line)
+            if line.startswith("{"):
+                record = json.loads(line)
+                self.acks.append(record)
+                if done(record):
+                    return record
+        self.kill()
+        raise AssertionError(f"trainer did not get there in time: {''.join(self.lines)}\n{self.err}")
+
+    def kill(self) -> None:
+        """SIGKILL; the acknowledgements still in the pipe count too (they were printed before)."""
+        self.proc.kill()
+        self.finish()
+
+    def stderr(self) -> str:
+        return self.err
+
+    def finish(self, timeout: float = 60.0) -> tuple[str, str]:
+        out, self.err = self.proc.communicate(timeout=timeout)  # also closes the pipes
+        self.lines.append(out)
+        self.acks += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        return "".join(self.lines), self.err
+
+
+def run_to_end(python: Path, results: Path, *args: str, env: dict[str, str] | None = None) -> tuple[str, str, list[dict[str, Any]]]:
+    run = Run(python, results, *args, env=env)
+    out, err = run.finish()
+    assert run.proc.returncode == 0, f"{out}\n{err}"
+    return out, err, run.acks
+
+
+def report(python: Path, results: Path) -> dict[str, Any]:
+    out, err, acks = run_to_end(python, results, "--report")
+    assert "written through to" in out, out
+    return next(a["report"] for a in acks if "report" in a)
+
+
+def status_file(results: Path) -> Path:
+    return results / "run" / "run_logs" / "training_status.json"
+
+
+def last(acks: list[dict[str, Any]], kind: str, behavior: str | None = None) -> dict[str, Any] | None:
+    found = [a for a in acks if a.get("ack") == kind and (behavior is None or a.get("behavior") == behavior)]
+    return found[-1] if found else None
+
+
+def one_newer(before: list[int], after: list[int]) -> bool:
+    """``after`` is ``before`` with one more checkpoint appended (and the oldest trimmed)."""
+    return bool(after) and (not before or after[-1] > before[-1]) and after == (before + after[-1:])[-KEEP:]
+
+
+def check_resume(rep: dict[str, Any], acks: list[dict[str, Any]]) -> None:
+    """What ML-Agents' own managers see on resume holds everything acknowledged before the kill."""
+    lessons = last(acks, "lessons") or last(acks, "started")
+    assert lessons is not None
+    for param, acked in lessons["lessons"].items():
+        assert rep["lessons"][param] in (acked, acked + 1), (param, acked, rep["lessons"])
+    for behavior, kept in rep["checkpoints"].items():
+        steps = [c["steps"] for c in kept]
+        acked = last(acks, "checkpoints", behavior)
+        before = acked["steps"] if acked else [s for s in steps if s <= min(steps, default=0)][:0]
+        if acked is None:
+            assert len(steps) <= 1 or steps == sorted(steps)
+        else:
+            assert steps == before or one_newer(before, steps), (behavior, before, steps)
+    elo = last(acks, "elo")
+    if elo is not None:
+        assert rep["elo"] in (elo["elo"], elo["elo"] + 1.5), (elo, rep["elo"])
+
+
+# -- the transcription in _mlagents_trainer.py is ML-Agents' code ------------------------------------
+
+
+def test_transcribed_calls_are_in_the_installed_mlagents_sources(mla_python: Path) -> None:
+    out = subprocess.run([str(mla_python), "-c", "import mlagents, os; print(os.path.dirname(mlagents.__file__))"],
+                         capture_output=True, text=True, check=True, env=env_with())
+    root = Path(out.stdout.strip())
+
+    def in_order(relative: str, *snippets: str) -> None:
+        text = (root / relative).read_text()
+        at = 0
+        for snippet in snippets:  # each one after the one before
+            found = text.find(snippet, at)
+            assert found != -1, (relative, snippet, "not found after", snippets[: snippets.index(snippet)])
+            at = found + len(snippet)
+
+    in_order("trainers/learn.py", "_, _ = register_trainer_plugins()", "args = parser.parse_args(argv)")
+    in_order("trainers/learn.py", "os.makedirs(run_logs_dir, exist_ok=True)",
+             "if checkpoint_settings.resume:\n            GlobalTrainingStatus.load_state(\n"
+             '                os.path.join(run_logs_dir, "training_status.json")',
+             "stats_writers = register_stats_writer_plugins(options)",
+             "env_parameter_manager = EnvironmentParameterManager(\n"
+             "            options.environment_parameters, run_seed, restore=checkpoint_settings.resume",
+             "tc.start_learning(env_manager)", "write_training_status(run_logs_dir)")
+    in_order("trainers/learn.py", "GlobalTrainingStatus.save_state(os.path.join(output_dir, TRAINING_STATUS_FILE_NAME))")
+    in_order("plugins/stats_writer.py", "plugin_func = entry_point.load()", "plugin_func(run_options)",
+             "except BaseException:")
+    in_order("plugins/trainer_type.py", "plugin_func = entry_point.load()", "plugin_func()", "except BaseException:")
+    in_order("trainers/ghost/trainer.py",
+             "self.initial_elo = GlobalTrainingStatus.get_parameter_state(\n            self.brain_name, StatusType.ELO",
+             "if self.initial_elo is None:",
+             "GlobalTrainingStatus.set_parameter_state(\n            self.brain_name, StatusType.ELO, self.current_elo",
+             "self.trainer.save_model()")
+    in_order("trainers/trainer/rl_trainer.py", "ModelCheckpointManager.add_checkpoint(",
+             "model_checkpoint = self._checkpoint()", "ModelCheckpointManager.track_final_checkpoint(")
+    in_order("trainers/trainer_controller.py", "KeyboardInterrupt,", "self.join_threads()",
+             "if self.train_model:\n                self._save_models()")
+
+
+# -- the entry points, harmless to everyone else ------------------------------------------------------
+
+
+def test_entry_points_are_registered_and_load_without_mlagents() -> None:
+    import importlib.metadata
+
+    found = {(e.group, e.name): e.value for g in ("mlagents.stats_writer", "mlagents.trainer_type")
+             for e in importlib.metadata.entry_points(group=g)}
+    assert found == {
+        ("mlagents.stats_writer", "trainstatus"): "trainstatus._mlagents_plugin:stats_writers",
+        ("mlagents.trainer_type", "trainstatus"): "trainstatus._mlagents_plugin:trainer_types",
+    }
+    code = ("import sys, importlib.metadata as m\n"
+            "fs = [e.load() for g in ('mlagents.stats_writer', 'mlagents.trainer_type') for e in m.entry_points(group=g)]\n"
+            "print(sorted(f.__name__ for f in fs), [n for n in sys.modules if n.split('.')[0] in ('mlagents', 'mlagents_envs')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['stats_writers', 'trainer_types'] []"
+
+
+@pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("1", True), ("on", True), ("TRUE", True),
+                                             ("yes", True), ("0", False), ("off", False), (" Off ", False),
+                                             ("false", False), ("no", False)])
+def test_the_environment_variable(value: str | None, expected: bool) -> None:
+    assert plugin.enabled_from(value) is expected
+
+
+def test_an_unknown_environment_value_is_an_error_that_says_what_to_do() -> None:
+    with pytest.raises(TrainingStatusError) as caught:
+        plugin.enabled_from("maybe")
+    assert str(caught.value) == (
+        "TRAINSTATUS_MLAGENTS='maybe' is neither on nor off, so the trainstatus plugin is not used for this "
+        "run and ML-Agents saves the training status only at exit. Set TRAINSTATUS_MLAGENTS=off to turn the "
+        "plugin off, or unset it (or 1, on) to write the status through."
+    )
+
+
+@pytest.mark.parametrize("version, expected", [("1.1.0", True), ("1.0.0", True), ("1.1.1.dev0", True),
+                                               ("0.28.0", False), ("0.30.0", False), ("1.2.0", False),
+                                               ("2.0", False), ("1", False), ("x.y", False)])
+def test_supported_releases(version: str, expected: bool) -> None:
+    assert plugin.supported(version) is expected
+
+
+# -- runs of ML-Agents' own managers through the plugin ---------------------------------------------
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["single", "threaded"])
+def test_sigkill_at_random_moments_then_resume_loses_nothing_acknowledged(
+        mla_python: Path, tmp_path: Path, threaded: bool, reliability: Any) -> None:
+    rng = random.Random(1234 + threaded)
+    extra = ["--threaded", "--tick", "0.002"] if threaded else []
+    rounds = 4
+    for i in range(rounds):
+        run = Run(mla_python, tmp_path, *extra, *(["--resume"] if i else []))
+        wanted = rng.randint(1, 40)
+        run.read_until(lambda a, n=[0]: (n.__setitem__(0, n[0] + 1) or n[0]) >= wanted)
+        time.sleep(rng.uniform(0, 0.01))
+        run.kill()
+        rep = report(mla_python, tmp_path)
+        check_resume(rep, run.acks)
+        assert rep["unknown_category"] == {} and rep["unknown_key"] is None
+    reliability.add("kills", rounds, source="test_mlagents_plugin.py")
+
+
+def test_ctrl_c_with_threaded_trainers_saves_the_final_checkpoints(mla_python: Path, tmp_path: Path) -> None:
+    run = Run(mla_python, tmp_path, "--threaded", "--tick", "0.002")
+    run.read_until(lambda a: a.get("ack") == "curriculum_done")
+    run.read_until(lambda a: a.get("ack") == "checkpoints")
+    run.proc.send_signal(signal.SIGINT)
+    out, err = run.finish()
+    assert run.proc.returncode == 0, f"{out}\n{err}"
+    assert last(run.acks, "saved") is not None
+    rep = report(mla_python, tmp_path)
+    for behavior in ("Behavior0", "SoccerTwos"):
+        final = last(run.acks, "final", behavior)
+        assert final is not None and rep["final"][behavior]["steps"] == final["steps"]
+        assert [c["steps"] for c in rep["checkpoints"][behavior]] == last(run.acks, "checkpoints", behavior)["steps"]
+    assert rep["elo"] == last(run.acks, "elo")["elo"]
+    assert rep["lessons"] == {"wall_height": 7, "goal_size": 7}
+
+
+def test_a_fresh_run_is_on_disk_at_once(mla_python: Path, tmp_path: Path) -> None:
+    run = Run(mla_python, tmp_path, "--tick", "0.05")
+    run.read_until(lambda a: a.get("ack") == "started")
+    run.kill()
+    on_disk = json.loads(status_file(tmp_path).read_text())
+    assert on_disk["wall_height"] == {"lesson_num": 0} and on_disk["goal_size"] == {"lesson_num": 0}
+    assert on_disk["metadata"]["mlagents_version"] == "1.1.0"
+    assert on_disk["metadata"]["torch_version"] == "0.0.0+no-torch"
+
+
+def test_force_replaces_an_existing_status_at_once(mla_python: Path, tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(DATA.read_text())
+    run = Run(mla_python, tmp_path, "--force", "--tick", "0.05")
+    run.read_until(lambda a: a.get("ack") == "started")
+    run.kill()
+    on_disk = json.loads(path.read_text())
+    old_only = set(json.loads(DATA.read_text(), parse_constant=float)) - {"metadata", "wall_height"}
+    assert old_only == {"Walker", "SoccerTwos?team=0", "big_wall_height"}
+    assert not old_only & set(on_disk), on_disk  # the earlier run's status is gone, not resumed
+    assert on_disk["wall_height"] == {"lesson_num": 0}
+
+
+def test_resume_reads_an_mlagents_written_file_with_nan_and_warns_on_versions(mla_python: Path, tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(DATA.read_text())
+    out, err, acks = run_to_end(mla_python, tmp_path, "--report")
+    assert "TrainingStatusVersionWarning" in err and "torch_version='2.2.2'" in err, err
+    assert "written through to" in out
+    rep = next(a["report"] for a in acks if "report" in a)
+    original = json.loads(DATA.read_text())
+    for behavior, kept in rep["checkpoints"].items():
+        assert json.dumps(kept) == json.dumps(original.get(behavior, {}).get("checkpoints", [])), behavior
+    on_disk = json.loads(path.read_text())  # rewritten when the curriculum set goal_size's lesson 0
+    for category, entries in original.items():
+        if category != "metadata":
+            assert json.dumps(on_disk[category]) == json.dumps(entries), category  # NaN kept as NaN
+    assert on_disk["goal_size"] == {"lesson_num": 0}
+
+
+def test_a_damaged_file_on_resume_is_kept_aside_and_the_run_goes_on(mla_python: Path, tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    damaged = DATA.read_bytes()[:200]
+    path.write_bytes(damaged)
+    out, err, acks = run_to_end(mla_python, tmp_path, "--resume", "--max-steps", "6")
+    assert "TrainingStatusCorruptWarning" in err and str(path) in err, err
+    kept = [p for p in path.parent.iterdir() if p.name.startswith("training_status.json.corrupt-")]
+    assert len(kept) == 1 and kept[0].read_bytes() == damaged
+    assert last(acks, "started")["lessons"] == {"wall_height": 0, "goal_size": 0}
+    json.loads(path.read_text(), parse_constant=float)  # whole again
+
+
+def test_inference_and_initialize_from_start_a_fresh_status(mla_python: Path, tmp_path: Path) -> None:
+    run_to_end(mla_python, tmp_path, "--run-id", "base", "--max-steps", "30")
+    base = tmp_path / "base" / "run_logs" / "training_status.json"
+    assert json.loads(base.read_text(), parse_constant=float)["wall_height"]["lesson_num"] > 0
+    run = Run(mla_python, tmp_path, "--initialize-from", "base", "--tick", "0.05")
+    run.read_until(lambda a: a.get("ack") == "started")
+    run.kill()
+    assert json.loads(status_file(tmp_path).read_text())["wall_height"] == {"lesson_num": 0}
+    out, err, acks = run_to_end(mla_python, tmp_path, "--run-id", "base", "--resume", "--inference", "--max-steps", "3")
+    assert "written through to" in out
+    assert "checkpoints" not in {a["ack"] for a in acks if "ack" in a}  # inference saves no model
+    assert json.loads(base.read_text(), parse_constant=float)["wall_height"]["lesson_num"] > 0
+
+
+def test_turned_off_mlagents_saves_at_exit_as_before(mla_python: Path, tmp_path: Path) -> None:
+    env = env_with(TRAINSTATUS_MLAGENTS="off")
+    run = Run(mla_python, tmp_path, "--tick", "0.002", env=env)
+    run.read_until(lambda a: a.get("ack") == "checkpoints")
+    run.kill()
+    assert not status_file(tmp_path).exists()  # ML-Agents' own design: a kill loses it all
+    out, err, acks = run_to_end(mla_python, tmp_path, "--force", "--max-steps", "4", env=env)
+    assert "TRAINSTATUS_MLAGENTS=off, ML-Agents saves the training status itself, at exit." in out
+    assert "written through" not in out
+    assert status_file(tmp_path).read_text().startswith('{\n    "')  # ML-Agents' json.dump(indent=4)
+
+
+@pytest.mark.parametrize("how", ["bad-variable", "old-release"])
+def test_a_refusal_is_loud_and_leaves_mlagents_as_it_was(mla_python: Path, tmp_path: Path, how: str) -> None:
+    if how == "bad-variable":
+        run = Run(mla_python, tmp_path, "--tick", "0.002", env=env_with(TRAINSTATUS_MLAGENTS="maybe"))
+        expected = "TRAINSTATUS_MLAGENTS='maybe' is neither on nor off"
+    else:
+        run = Run(mla_python, tmp_path, "--tick", "0.002", "--pretend-mlagents-version", "0.28.0")
+        expected = ("trainstatus does not route the training status of mlagents 0.28.0: it supports mlagents "
+                    "1.0 (release 21) and 1.1 (release 22)")
+    run.read_until(lambda a: a.get("ack") == "checkpoints")
+    run.kill()
+    text = "".join(run.lines)
+    assert expected in text, text
+    assert "[ERROR] Error initializing plugins for trainstatus" in text
+    assert not status_file(tmp_path).exists()
+
+
+SAVED_STATE = '''
+import json, sys
+from trainstatus import _mlagents_plugin, TrainingStatusTypeError
+from mlagents.trainers.training_status import GlobalTrainingStatus as G, StatusType
+_mlagents_plugin.trainer_types()
+G.set_parameter_state("Walker", StatusType.ELO, 1250.0)
+view = G.saved_state
+refused = []
+for attempt in (lambda: view["Walker"].__setitem__("elo", 1.0), lambda: view["Walker"].update(elo=1.0),
+                lambda: view.__setitem__("Walker", {}), lambda: view["New"].__setitem__("elo", 1.0)):
+    try:
+        attempt()
+    except TrainingStatusTypeError as e:
+        refused.append(str(e))
+print(json.dumps({"walker": view["Walker"], "unknown": view["Nope"], "len": len(view), "keys": list(view),
+                  "refused": refused, "after": G.get_parameter_state("Walker", StatusType.ELO),
+                  "created": "Nope" in view or "New" in view}))
+'''
+
+
+def test_saved_state_of_mlagents_class_is_a_live_read_only_view(mla_python: Path, tmp_path: Path) -> None:
+    out = subprocess.run([str(mla_python), "-c", SAVED_STATE], capture_output=True, text=True, env=env_with(),
+                         cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["walker"] == {"elo": 1250.0} and got["unknown"] == {} and got["after"] == 1250.0
+    assert got["keys"] == ["Walker", "metadata"] and got["len"] == 2 and got["created"] is False
+    assert got["refused"] == [
+        "GlobalTrainingStatus.saved_state is a read-only view of the status written through by trainstatus; "
+        "nothing was stored. Call GlobalTrainingStatus.set_parameter_state(category, key, value) to change a value."
+    ] * 4
+
+
+def test_the_mlagents_demo_resumes_where_mlagents_alone_loses_everything(mla_python: Path, tmp_path: Path) -> None:
+    example = HERE.parent / "examples" / "mlagents_kill_and_resume.py"
+    result = subprocess.run([str(mla_python), str(example)], capture_output=True, text=True, env=env_with(),
+                            cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "ML-Agents alone (save at exit), killed at lesson 4: resumed at lesson 0, checkpoints []"
+    assert lines[1].startswith("with trainstatus installed,      killed at lesson 4: resumed at lesson ")
+    assert lines[2] == "trainstatus resumed exactly"
