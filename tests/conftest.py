@@ -30,6 +30,8 @@ FIGURES = {
     "damaged_files": "damaged or hostile files opened, bytes never lost",
     "concurrent_writers": "concurrent writers (threads, stores, processes)",
     "concurrent_sets": "  sets by those writers, every key and increment found",
+    "interrupt_points": "Ctrl-C injection points enumerated (every line of set, transaction, ...)",
+    "interrupts_caught": "SIGINTs at random moments caught by a setting process, 0 hangs",
 }
 
 

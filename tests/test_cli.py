@@ -11,9 +11,11 @@ import json
 import math
 import os
 import shutil
+import re
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,7 +55,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run(*args: str | Path, command: list[str] | None = None) -> Result:
+def run(*args: str | Path, command: list[str] | None = None, cwd: Path | None = None) -> Result:
     if command is None:
         assert SCRIPT is not None, (
             f"no trainstatus console script next to {sys.executable}; install the package "
@@ -61,7 +63,8 @@ def run(*args: str | Path, command: list[str] | None = None) -> Result:
         )
         command = [SCRIPT]
     done = subprocess.run(
-        [*command, *map(str, args)], capture_output=True, text=True, timeout=WAIT, env=_env(), check=False
+        [*command, *map(str, args)], capture_output=True, text=True, timeout=WAIT, env=_env(), check=False,
+        cwd=cwd,
     )
     assert "Traceback" not in done.stderr, done.stderr
     return Result(done.returncode, done.stdout, done.stderr)
@@ -254,6 +257,42 @@ def test_an_s3_url_is_refused_in_one_line_before_any_request(command: list[str])
     ))
 
 
+PATH_COMMANDS = [
+    (["show"], []), (["show", "--json"], []), (["get"], ["c", "k"]), (["set"], ["c", "k", "1"]),
+    (["delete"], ["c", "k"]), (["check"], []), (["corrupt", "list"], []),
+    (["corrupt", "restore"], ["ts.json.corrupt-20250101T000000.000000Z"]),
+]
+
+
+@pytest.mark.parametrize(("url", "advice"), [
+    ("gs://bucket/run/run_logs/training_status.json",
+     "Copy the file down and give its local path, or, for a local directory named 'gs:', write "
+     "./gs://bucket/run/run_logs/training_status.json"),
+    ("HTTP://example.com/ts.json",
+     "Copy the file down and give its local path, or, for a local directory named 'HTTP:', write "
+     "./HTTP://example.com/ts.json"),
+    ("file:///tmp/my%20run/ts.json", "Give the local path it names instead: '/tmp/my run/ts.json'"),
+])
+@pytest.mark.parametrize(("before", "after"), PATH_COMMANDS, ids=lambda c: " ".join(c))
+def test_other_url_schemes_are_refused_before_anything_is_read_or_created(
+    tmp_path: Path, url: str, advice: str, before: list[str], after: list[str]
+) -> None:
+    scheme = url.split("://")[0]
+    result = run(*before, url, *after, cwd=tmp_path)
+    assert result == Result(2, "", error(
+        f"{url}: {scheme}:// URLs are not supported; the command line works on local files only. {advice}."))
+    assert list(tmp_path.iterdir()) == []  # no ./gs:/bucket/... directory, no lock file
+
+
+def test_a_local_path_with_colon_slashes_further_down_is_still_a_path(tmp_path: Path) -> None:
+    (tmp_path / "runs" / "a:").mkdir(parents=True)
+    assert run("set", "runs/a://ts.json", "c", "k", "1", cwd=tmp_path).code == 0
+    assert read_fresh(tmp_path / "runs" / "a:" / "ts.json")["c"] == {"k": 1}
+    (tmp_path / "gs:").mkdir()
+    assert run("set", "./gs://ts.json", "c", "k", "2", cwd=tmp_path).code == 0  # the way the error shows
+    assert read_fresh(tmp_path / "gs:" / "ts.json")["c"] == {"k": 2}
+
+
 @pytest.mark.parametrize("command", [["show"], ["get", "c", "k"]])
 def test_reading_a_damaged_file_is_an_error_and_leaves_it_in_place(tmp_path: Path, command: list[str]) -> None:
     path = status_file(tmp_path, b"[1, 2]")
@@ -276,8 +315,14 @@ def test_reading_a_damaged_file_is_an_error_and_leaves_it_in_place(tmp_path: Pat
     ("-Infinity", -math.inf),
     ('"3"', "3"),
     ('[1, {"steps": 10, "file_path": "a.onnx"}]', [1, {"steps": 10, "file_path": "a.onnx"}]),
+    ("Infinity", math.inf),
+    (" 3 ", 3),
+    ("false", False),
     ("Walker-500000.onnx", "Walker-500000.onnx"),
-    ("nan", "nan"),
+    ("hello", "hello"),
+    ("hello world", "hello world"),
+    ("results/run1/Walker.onnx", "results/run1/Walker.onnx"),
+    ("nulls", "nulls"),
     ("", ""),
 ])
 def test_set_parses_json_else_stores_the_text(tmp_path: Path, text: str, value: Any) -> None:
@@ -286,6 +331,122 @@ def test_set_parses_json_else_stores_the_text(tmp_path: Path, text: str, value: 
     shown = json.dumps(value)
     assert result == Result(0, f"created {path}\nc/k: (not set) -> {shown}\n", "")
     assert same(read_fresh(path)["c"], {"k": value})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[{"steps": 10,}]', "VALUE '[{\"steps\": 10,}]' looks like JSON but is not: Expecting property name "
+                         "enclosed in double quotes at column 15"),
+    ('{"steps": 10', "VALUE '{\"steps\": 10' looks like JSON but is not: Expecting ',' delimiter at column 13"),
+    ('"unterminated', "VALUE '\"unterminated' looks like JSON but is not: Unterminated string starting at "
+                      "column 1"),
+    ("[1, 2]]", "VALUE '[1, 2]]' looks like JSON but is not: Extra data at column 7"),
+    ("[True]", "VALUE '[True]' looks like JSON but is not: Expecting value at column 2"),
+    ("12abc", "VALUE '12abc' looks like JSON but is not: Extra data at column 3"),
+    ("[1,\n 2,]", "VALUE '[1,\\n 2,]' looks like JSON but is not: Expecting value at line 2 column 4"),
+    ("  [1,", "VALUE '  [1,' looks like JSON but is not: Expecting value at column 6"),
+])
+def test_set_of_a_value_that_looks_like_json_but_is_not_is_an_error(tmp_path: Path, text: str, message: str) -> None:
+    path = status_file(tmp_path)
+    before = snapshot(path.parent)
+    assert run("set", path, "Walker", "checkpoints", "--", text) == Result(2, "", error(
+        f"{message}; nothing was changed. Fix it, or pass --string to store the text as it is"))
+    assert snapshot(path.parent) == before
+
+
+@pytest.mark.parametrize(("text", "spelling"), [
+    ("True", "true"), ("False", "false"), ("None", "null"), ("TRUE", "true"), ("Null", "null"), ("NULL", "null"),
+    ("nan", "NaN"), ("NAN", "NaN"), ("inf", "Infinity"), ("Inf", "Infinity"), ("infinity", "Infinity"),
+    ("+inf", "Infinity"), ("+Infinity", "Infinity"), ("-infinity", "-Infinity"), ("-inf", "-Infinity"),
+    ("-Inf", "-Infinity"), (" nan", "NaN"),
+])
+def test_set_of_a_python_spelling_says_the_json_one(tmp_path: Path, text: str, spelling: str) -> None:
+    path = tmp_path / "ts.json"
+    assert run("set", path, "c", "k", "--", text) == Result(2, "", error(
+        f"VALUE {text!r} is Python's spelling; JSON's is {spelling}; nothing was changed. Pass {spelling}, or "
+        f"pass --string to store the text {text!r}"))
+    assert not path.exists()
+    assert run("set", path, "c", "k", "--string", "--", text).code == 0
+    assert read_fresh(path)["c"] == {"k": text}
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("+5", "5"), (".5", "0.5"), ("5.", "5.0"), ("1_000", "1000"), ("007", "7"), ("-.5e1", "-5.0"), ("-.5", "-0.5"), ("0x10", None),
+])
+def test_set_of_a_number_json_does_not_write_that_way_is_an_error(tmp_path: Path, text: str, number: str | None) -> None:
+    path = tmp_path / "ts.json"
+    result = run("set", path, "c", "k", "--", text)
+    if number is None:  # not a number to Python either: the JSON parser's words
+        assert result.code == 2 and result.err.startswith(f"trainstatus: error: VALUE {text!r} looks like JSON but is not: ")
+    else:
+        assert result == Result(2, "", error(
+            f"VALUE {text!r} is a number JSON does not write that way; nothing was changed. Write {number}, or "
+            f"pass --string to store the text {text!r}"))
+    assert not path.exists()
+
+
+def test_set_of_an_object_with_a_key_twice_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "ts.json"
+    text = '[{"steps": 10, "file_path": "a", "steps": 20}]'
+    assert run("set", path, "c", "k", text) == Result(2, "", error(
+        f"VALUE {text!r} gives the key \"steps\" twice in one object ([0]/steps: 10, then 20), and JSON keeps "
+        "only the last; nothing was changed. Give each key once"))
+    assert not path.exists()
+
+
+def test_set_help_explains_how_values_are_read() -> None:
+    out = run("set", "--help").out
+    for words in ["true, false, null", "NaN, Infinity, -Infinity", "True, None, nan, inf", "--string",
+                  "hello", "starts with [, {, \", a digit or -", "--allow-downgrade", "after --"]:
+        assert words in " ".join(out.split()), words
+
+
+def test_set_of_a_value_starting_with_a_dash_says_to_pass_it_after_double_dash(tmp_path: Path) -> None:
+    path = tmp_path / "ts.json"
+    for value in ["-x", "-Infinity", "-1e5"]:
+        result = run("set", path, "a", "j", value)
+        assert result.code == 2 and result.out == ""
+        assert result.err.splitlines()[-1] == (
+            f"trainstatus set: error: VALUE {value!r} starts with '-': pass it after --, as in: "
+            f"trainstatus set {path} a j -- {value}")
+        assert run("set", path, "a", "j", "--", value).code == (2 if value == "-x" else 0)
+    result = run("set", "--lock", "soft", path, "a", "j", "-x")
+    assert result.err.splitlines()[-1] == (
+        f"trainstatus set: error: VALUE '-x' starts with '-': pass it after --, as in: "
+        f"trainstatus set --lock soft {path} a j -- -x")
+    assert not Path(f"{path}.softlock").exists()
+
+
+@pytest.mark.parametrize(("text", "value"), [("-3", -3), ("-2.5", -2.5), ("-0.5", -0.5)])
+def test_set_of_a_negative_number_works_without_double_dash(tmp_path: Path, text: str, value: Any) -> None:
+    path = tmp_path / "ts.json"
+    assert run("set", path, "a", "j", text) == Result(0, f"created {path}\na/j: (not set) -> {json.dumps(value)}\n", "")
+    assert same(read_fresh(path)["a"], {"j": value})
+
+
+NEWER_FORMAT = b'{"a": {"b": 1}, "new": [1], "metadata": {"stats_format_version": "1.0.0"}}'
+
+
+@pytest.mark.parametrize("command", [["set", "a", "b", "2"], ["delete", "a", "b"]])
+def test_a_newer_format_is_refused_with_the_flag_to_pass(tmp_path: Path, command: list[str]) -> None:
+    path = status_file(tmp_path, NEWER_FORMAT)
+    before = snapshot(path.parent)
+    result = run(command[0], path, *command[1:])
+    assert result.code == 2 and result.out == ""
+    assert "allow_downgrade=True" not in result.err
+    warning, err = result.err.splitlines()
+    assert warning == "trainstatus: warning: " + library_warning({"stats_format_version": "1.0.0"}, path).replace(
+        "unless the store is opened with allow_downgrade=True", "unless set or delete is given --allow-downgrade")
+    assert err == (
+        f"trainstatus: error: refusing to write {path}: it has format version '1.0.0', newer than the "
+        "'0.3.0' this trainstatus writes, and rewriting it would drop what this version does not "
+        "understand; nothing was changed. Upgrade trainstatus, or pass --allow-downgrade to rewrite it in "
+        "format 0.3.0")
+    assert snapshot(path.parent) == {**before, "ts.json.lock": b""}
+    result = run(command[0], "--allow-downgrade", path, *command[1:])
+    assert result.code == 0, result
+    after = read_fresh(path)
+    assert after["metadata"]["stats_format_version"] == "0.3.0" and "new" not in after
+    assert after.get("a") == ({"b": 2} if command[0] == "set" else None)
 
 
 def test_set_string_stores_json_looking_text_as_a_string(tmp_path: Path) -> None:
@@ -439,6 +600,96 @@ info: temp file {path.parent / TEMP} (1 byte): probably the write in progress
 """, "")
 
 
+def _host() -> str:
+    from filelock._identity import host_name  # what filelock records as the holder's machine
+
+    return host_name()
+
+
+def _marker(pid: int, host: str, duration: float = 10.0) -> bytes:
+    """A lease marker as filelock's SoftFileLease writes it (see filelock/_soft/_records.py)."""
+    return f"filelock/2\npid={pid}\nhost={host}\nmode=lease\ntoken=0123abcd\nduration={duration!r}\n".encode()
+
+
+def test_check_names_the_holder_of_a_soft_lock_lease(tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    with soft_holder(path) as holder:  # a lock="soft" store in a transaction, in another process
+        (path.parent / TEMP).write_bytes(b"{")
+        before = snapshot(path.parent)
+        result = run("check", path)
+        assert snapshot(path.parent) == before
+    assert result.code == 0 and result.err == ""
+    lines = result.out.splitlines()
+    assert lines[2].startswith(f"info: a write or a transaction is in progress: the lock is held by pid {holder.pid} (")
+    assert re.fullmatch(
+        re.escape(f"info: a write or a transaction is in progress: the soft lock {path}.softlock is held by "
+                  f"process {holder.pid} on {_host()} (renewed ") + r"\d+\.\d s ago; its lease is 10 s\)",
+        lines[3]), lines[3]
+    assert lines[4:] == [f"info: temp file {path.parent / TEMP} (1 byte): probably the write in progress",
+                         f"{path}: sound"]
+
+
+def test_check_names_a_lease_held_from_another_machine(tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    (path.parent / "ts.json.softlock").write_bytes(_marker(4242, "node7", 30.0))
+    result = run("check", path)
+    assert result.code == 0
+    assert re.fullmatch(
+        re.escape(f"info: a write or a transaction is in progress: the soft lock {path}.softlock is held by "
+                  "process 4242 on node7 (renewed ") + r"\d+\.\d s ago; its lease is 30 s\)",
+        result.out.splitlines()[3]), result.out
+
+
+def test_check_warns_about_a_lease_left_by_a_killed_holder(tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    with soft_holder(path) as holder:
+        holder.kill()
+        holder.wait()
+    lease = path.parent / "ts.json.softlock"
+    assert lease.exists()  # killed: nobody gave it back
+    before = snapshot(path.parent)
+    result = run("check", path)
+    assert snapshot(path.parent) == before
+    assert result.code == 1 and result.err == ""
+    assert result.out.splitlines()[2:] == [
+        "ok: the lock is free (nobody holds it)",
+        f"warning: the soft lock {lease} names process {holder.pid} on {_host()}, this machine, which no longer "
+        "runs: a killed writer left it; the next writer with the soft lock takes it over at once",
+        f"{path}: sound, with 1 warning",
+    ]
+
+
+def test_check_warns_about_a_lease_not_renewed_for_longer_than_its_duration(tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    lease = path.parent / "ts.json.softlock"
+    lease.write_bytes(_marker(4242, "node7"))
+    old = time.time() - 600
+    os.utime(lease, (old, old))
+    (path.parent / TEMP).write_bytes(b"{")
+    result = run("check", path)
+    assert result.code == 1 and result.err == ""
+    lines = result.out.splitlines()
+    assert re.fullmatch(
+        re.escape(f"warning: the soft lock {lease} names process 4242 on node7, but it was last renewed ")
+        + r"60\d\.\d" + re.escape(" s ago, longer than its 10 s lease: its holder is probably gone; the next "
+                                   "writer with the soft lock takes it over"), lines[3]), lines[3]
+    assert lines[4].startswith(f"warning: temp file {path.parent / TEMP} (1 byte) left by a killed writer")
+    assert lines[5] == f"{path}: sound, with 2 warnings"
+
+
+def test_check_of_a_lease_marker_it_cannot_read(tmp_path: Path) -> None:
+    path = status_file(tmp_path)
+    (path.parent / "ts.json.softlock").write_bytes(b"garbage")
+    assert result_line(run("check", path), 3) == (
+        f"info: a write or a transaction may be in progress: {path}.softlock exists but names no holder "
+        "(a marker being written, or not filelock's)")
+
+
+def result_line(result: Result, index: int) -> str:
+    assert result.err == "", result.err
+    return result.out.splitlines()[index]
+
+
 def test_check_warns_about_temp_files_left_by_a_killed_writer(tmp_path: Path) -> None:
     path = status_file(tmp_path)
     (path.parent / TEMP).write_bytes(b'{"a"')
@@ -454,6 +705,46 @@ def test_check_warns_about_temp_files_left_by_a_killed_writer(tmp_path: Path) ->
         f"{path}: sound, with 2 warnings",
     ]
     assert snapshot(path.parent) == before
+
+
+DOUBLED = b"""{
+  "wall_height": {
+    "lesson_num": 1,
+    "lesson_num": 3
+  },
+  "Walker": {"elo": 1200.0},
+  "Walker": {"elo": 1300.5, "steps": 7},
+  "metadata": {"stats_format_version": "0.3.0"}
+}
+"""
+DOUBLED_PROBLEMS = [
+    "problem: wall_height/lesson_num appears 2 times (1, then 3); the last, 3, is the one read; edit the "
+    "file so it appears once, with the value to keep",
+    'problem: the category Walker appears 2 times ({"elo": 1200.0}, then {"elo": 1300.5, "steps": 7}); the '
+    'last, {"elo": 1300.5, "steps": 7}, is the one read; edit the file so it appears once, with the value to keep',
+]
+
+
+def test_check_reports_every_key_given_twice_and_which_value_wins(tmp_path: Path) -> None:
+    path = status_file(tmp_path, DOUBLED)
+    before = snapshot(path.parent)
+    assert run("check", path) == Result(2, "\n".join([
+        f"ok: parses as a status document: 2 categories, 3 keys, {len(DOUBLED)} bytes",
+        *DOUBLED_PROBLEMS,
+        "ok: format version 0.3.0",
+        "ok: the lock is free (no lock file yet)",
+        f"{path}: not sound: 2 names given more than once",
+    ]) + "\n", "")
+    assert snapshot(path.parent) == before
+
+
+def test_show_and_get_warn_about_keys_given_twice(tmp_path: Path) -> None:
+    path = status_file(tmp_path, DOUBLED)
+    warned = "".join(f"trainstatus: warning: {path}: {line.removeprefix('problem: ')}\n" for line in DOUBLED_PROBLEMS)
+    assert run("get", path, "wall_height", "lesson_num") == Result(0, "3\n", warned)
+    shown = run("show", path)
+    assert shown.code == 0 and shown.err == warned and "  lesson_num: 3\n" in shown.out
+    assert run("show", "--json", path).err == warned
 
 
 DAMAGED = {
@@ -516,7 +807,9 @@ def test_check_warns_about_the_format_version(tmp_path: Path, metadata: Any, sta
     assert result.code == 1 and result.err == ""
     lines = result.out.splitlines()
     assert lines[1].startswith("warning: " + start.format(path=path))
-    assert lines[1] == "warning: " + library_warning(metadata, path)
+    assert lines[1] == "warning: " + library_warning(metadata, path).replace(
+        "unless the store is opened with allow_downgrade=True", "unless set or delete is given --allow-downgrade")
+    assert "allow_downgrade=True" not in result.out
     assert lines[-1] == f"{path}: sound, with 1 warning"
 
 
@@ -526,7 +819,8 @@ def test_a_newer_format_is_a_warning_and_shown_whole(tmp_path: Path) -> None:
     result = run("check", path)
     assert result.code == 1
     assert result.out.splitlines()[1:3] == [
-        "warning: " + library_warning(document["metadata"], path),
+        "warning: " + library_warning(document["metadata"], path).replace(
+            "unless the store is opened with allow_downgrade=True", "unless set or delete is given --allow-downgrade"),
         "info: not read by this version (entries of the newer format): new",
     ]
     assert run("show", path).out.endswith("new: (an entry of a newer format, not read by this trainstatus)\n")

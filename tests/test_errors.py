@@ -111,14 +111,6 @@ def test_catching_the_builtin_base_catches_the_error() -> None:
         raise TrainingStatusValueError("bad value")
 
 
-def test_a_filter_on_the_base_warning_class_catches_every_warning() -> None:
-    for cls in WARNINGS:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            warnings.filterwarnings("ignore", category=TrainingStatusWarning)
-            warnings.warn(make(cls))  # ignored, so no error
-
-
 # -- attributes ---------------------------------------------------------------------------------
 
 

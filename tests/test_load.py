@@ -302,7 +302,7 @@ def test_duplicate_keys_last_wins_like_json(tmp_path: pathlib.Path, with_nan: bo
     extra = b', "n": NaN' if with_nan else b""
     data = doc(b'"a": {"k": 1, "k": 2, "j": [1]' + extra + b'}, "b": {"x": 1}, "a": {"j": 3, "j": {"z": 1}}')
     expected = json.loads(data)
-    with open_quietly(write(tmp_path, data)) as store:
+    with pytest.warns(TrainingStatusCorruptWarning, match="more than once"), StatusStore(write(tmp_path, data)) as store:
         whole = store.to_dict()
     assert whole.pop("metadata") == OWN_METADATA
     expected.pop("metadata")

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import types
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,7 @@ from trainstatus._storage import LocalFile
 DATA = Path(__file__).resolve().parent / "data" / "mlagents_training_status.json"
 FRESH_METADATA = {"stats_format_version": "0.3.0", "trainstatus_version": __version__}
 MEMORY = "<memory>"  # the location of the store behind an unbound GlobalTrainingStatus
+NO_VERSIONS: dict[str, Any] = {"mlagents_version": None, "torch_version": None}  # whatever is installed
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -161,7 +163,26 @@ def test_status_type_has_exactly_the_mlagents_members_and_values() -> None:
 # -- StatusMetaData -------------------------------------------------------------------------------
 
 
-def test_metadata_defaults() -> None:
+@pytest.fixture
+def no_distributions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """sys.path holds only an empty site folder: no mlagents or torch is installed, whatever the
+    environment has. Returns the folder, for fake distributions."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr(sys, "path", [str(site)])
+    for module in ("mlagents.trainers", "torch"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    return site
+
+
+def fake_distribution(site: Path, name: str, version: str) -> None:
+    """What pip leaves in site-packages for ``name``: a dist-info folder with METADATA."""
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_metadata_defaults(no_distributions: Path) -> None:
     meta = StatusMetaData()
     assert meta.stats_format_version == "0.3.0" == STATUS_FORMAT_VERSION
     assert meta.trainstatus_version == __version__
@@ -173,7 +194,7 @@ def test_metadata_defaults() -> None:
     assert meta.extra == {}  # no shared mutable default
 
 
-def test_metadata_to_dict_leaves_none_out_and_inlines_extra() -> None:
+def test_metadata_to_dict_leaves_none_out_and_inlines_extra(no_distributions: Path) -> None:
     assert StatusMetaData().to_dict() == FRESH_METADATA
     full = StatusMetaData(mlagents_version="1.1.0", torch_version="2.2.2", extra={"python": "3.11", "seed": 7})
     assert full.to_dict() == {
@@ -248,9 +269,9 @@ def test_check_compatibility_warns_once_per_differing_field() -> None:
         (StatusMetaData(trainstatus_version="0.0.1"), StatusMetaData(trainstatus_version="9.9.9")),
         (StatusMetaData(torch_version=None), StatusMetaData(torch_version="2.3.0")),
         (StatusMetaData(torch_version="2.2.2"), StatusMetaData(torch_version=None)),
-        (StatusMetaData(mlagents_version="1.1.0"), StatusMetaData()),
-        (StatusMetaData(extra={"python": "3.11"}), StatusMetaData()),
-        (StatusMetaData(), StatusMetaData(extra={"python": "3.12"})),
+        (StatusMetaData(mlagents_version="1.1.0"), StatusMetaData(mlagents_version=None)),
+        (StatusMetaData(extra={"python": "3.11"}), StatusMetaData(**NO_VERSIONS)),
+        (StatusMetaData(**NO_VERSIONS), StatusMetaData(**NO_VERSIONS, extra={"python": "3.12"})),
         (StatusMetaData(mlagents_version="1.1.0", torch_version="2.2.2"),
          StatusMetaData(mlagents_version="1.1.0", torch_version="2.2.2")),
     ],
@@ -262,6 +283,53 @@ def test_check_compatibility_is_silent(in_file: StatusMetaData, running: StatusM
         warnings.simplefilter("always")
         in_file.check_compatibility(running)
     assert caught == []
+
+
+def test_metadata_defaults_are_the_installed_mlagents_and_torch_versions(no_distributions: Path) -> None:
+    fake_distribution(no_distributions, "mlagents", "1.1.0")
+    fake_distribution(no_distributions, "torch", "2.2.2+cu121")
+    meta = StatusMetaData()
+    assert (meta.mlagents_version, meta.torch_version) == ("1.1.0", "2.2.2+cu121")
+    assert StatusMetaData().to_dict() == {**FRESH_METADATA, "mlagents_version": "1.1.0", "torch_version": "2.2.2+cu121"}
+
+
+def test_metadata_defaults_with_only_one_of_them_installed(no_distributions: Path) -> None:
+    fake_distribution(no_distributions, "mlagents", "1.0.0")
+    meta = StatusMetaData()
+    assert (meta.mlagents_version, meta.torch_version) == ("1.0.0", None)
+    assert "torch_version" not in meta.to_dict()
+
+
+def test_resuming_with_other_installed_versions_warns_as_mlagents_does(no_distributions: Path) -> None:
+    # ML-Agents' own check: StatusMetaData.from_dict(loaded).check_compatibility(StatusMetaData()).
+    fake_distribution(no_distributions, "mlagents", "1.1.0")
+    fake_distribution(no_distributions, "torch", "2.3.0")
+    in_file = StatusMetaData.from_dict(original_data()["metadata"])  # mlagents 1.1.0, torch 2.2.2
+    with pytest.warns(TrainingStatusVersionWarning) as record:
+        in_file.check_compatibility(StatusMetaData())
+    assert [str(w.message) for w in record] == [version_message("The status file", "torch_version", "2.2.2", "2.3.0")]
+
+
+def test_metadata_versions_do_not_import_torch(no_distributions: Path) -> None:
+    fake_distribution(no_distributions, "torch", "2.2.2")
+    package = no_distributions / "torch"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('torch was imported')\n")
+    assert StatusMetaData().torch_version == "2.2.2"
+    assert "torch" not in sys.modules
+
+
+def test_an_imported_module_gives_its_own_version(no_distributions: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What ML-Agents records is torch.__version__ (a str subclass) and mlagents.trainers.__version__.
+    class TorchVersion(str):
+        pass
+
+    fake_distribution(no_distributions, "torch", "2.2.2")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__=TorchVersion("2.2.2+cpu")))
+    monkeypatch.setitem(sys.modules, "mlagents.trainers", types.SimpleNamespace(__version__="1.1.0"))
+    meta = StatusMetaData()
+    assert (meta.mlagents_version, meta.torch_version) == ("1.1.0", "2.2.2+cpu")
+    assert type(meta.torch_version) is str
 
 
 # -- before binding -------------------------------------------------------------------------------

@@ -461,7 +461,7 @@ def test_move_aside_never_overwrites(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_move_aside_without_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A filesystem without hard links: renamed instead, still never over an existing name."""
+    """A filesystem without hard links: the bytes are copied (exclusively, and synced) to the aside name, never over an existing name, and the original is then removed."""
     path = tmp_path / "status.json"
     stamp = freeze_clock(monkeypatch)
     base = f"{path}.corrupt-{stamp}"

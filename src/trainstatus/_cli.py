@@ -11,7 +11,8 @@ Output: results on stdout; errors as one line ``trainstatus: error: ...`` and li
 one line ``trainstatus: warning: ...`` on stderr, never a traceback. Exit status: 0 success (a
 sound file for ``check``); 1 ``get``/``delete`` of a key that is not set, or ``check`` found
 warnings; 2 an error (missing, unreadable or damaged file, bad value, reserved category, lock held
-too long, bad usage), or ``check`` found the file corrupt or unreadable.
+too long, bad usage, a URL for PATH), or ``check`` found the file corrupt, unreadable or holding a
+name twice in one object.
 
 Importing this module stays cheap: argparse, json and trainstatus itself, never numpy.
 """
@@ -25,8 +26,10 @@ import json
 import math
 import os
 import re
+import shlex
 import stat
 import sys
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -37,17 +40,23 @@ from ._errors import (
     TrainingStatusError,
     TrainingStatusLockTimeout,
     TrainingStatusValueError,
+    TrainingStatusVersionError,
+    TrainingStatusVersionWarning,
     TrainingStatusWarning,
 )
 from ._load import (
+    DOWNGRADE_ADVICE,
     METADATA,
     STATUS_FORMAT_VERSION,
     Corrupt,
     Document,
+    Duplicate,
     check_metadata,
+    find_duplicates,
     load_document,
 )
-from ._locking import LOCK_MODES
+from ._location import file_url_advice, url_scheme
+from ._locking import LOCK_MODES, SOFT_LEASE_SECONDS
 from ._s3 import is_s3_url
 from ._storage import LocalFile
 from ._store import StatusStore
@@ -139,9 +148,36 @@ def _load(path: str) -> Document:
 
 def _validated(path: str, data: bytes) -> Document:
     try:
-        return load_document(data)
+        document = load_document(data)
     except Corrupt as exc:
         raise _Fail(f"{path} is damaged: {exc.reason}; it was left as it is (`{PROG} check` tells more)") from None
+    for duplicate in document.duplicates:
+        warnings.warn(TrainingStatusWarning(f"{path}: {_duplicate_problem(duplicate)}", path=path), stacklevel=2)
+    return document
+
+
+def _duplicate_problem(duplicate: Duplicate) -> str:
+    return f"{duplicate}; edit the file so it appears once, with the value to keep"
+
+
+def _local_only(path: str) -> None:
+    """Refuse a URL before anything is read or created: the command line reads local files only."""
+    if is_s3_url(path):
+        raise _Fail(
+            f"{path}: the command line works on local files only. Copy the object down "
+            f"(aws s3 cp {path} .) and inspect that, or open it from Python with "
+            "StatusStore(url, storage_options=...)."
+        )
+    scheme = url_scheme(path)
+    if scheme is None:
+        return
+    if scheme.lower() == "file":
+        advice = file_url_advice(path)
+    else:
+        advice = (f"copy the file down and give its local path, or, for a local directory named "
+                  f"'{scheme}:', write ./{path}")
+    raise _Fail(f"{path}: {scheme}:// URLs are not supported; the command line works on local files "
+                f"only. {advice[0].upper()}{advice[1:]}.")
 
 
 def _target(path: str) -> tuple[str, str]:
@@ -230,17 +266,87 @@ def _cmd_get(args: argparse.Namespace) -> int:
 # -- set, delete --------------------------------------------------------------------------------
 
 
+# Spellings of true/false/null and the non-finite floats that are not JSON's, lowercased: Python's
+# (True, None, nan, inf) and their case variants. A careful user meant the value, not the word.
+_PYTHON_SPELLINGS = {
+    "true": "true", "false": "false", "none": "null", "null": "null",
+    "nan": "NaN", "+nan": "NaN", "-nan": "NaN",
+    "inf": "Infinity", "+inf": "Infinity", "infinity": "Infinity", "+infinity": "Infinity",
+    "-inf": "-Infinity", "-infinity": "-Infinity",
+}
+# What JSON (with the NaN/Infinity literals Python's json and ML-Agents write) spells as itself.
+_JSON_WORDS = {"true", "false", "null", "NaN", "Infinity", "-Infinity"}
+_JSON_START = re.compile(r'\s*[\[{"0-9-]')
+
+
+def _fail_value(text: str, problem: str, remedy: str) -> _Fail:
+    return _Fail(f"VALUE {text!r} {problem}; nothing was changed. {remedy}")
+
+
 def _parse_value(text: str) -> Any:
+    """VALUE as JSON, or as the text itself when it cannot have been meant as JSON; see set's help."""
+    word = text.strip()
+    spelling = _PYTHON_SPELLINGS.get(word.lower())
+    if spelling is not None and word not in _JSON_WORDS:
+        raise _fail_value(text, f"is Python's spelling; JSON's is {spelling}",
+                          f"Pass {spelling}, or pass --string to store the text {text!r}")
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except RecursionError:
         raise _Fail("VALUE is nested too deeply to be stored") from None
-    except ValueError:
-        return text  # not JSON: the text itself
+    except json.JSONDecodeError as exc:
+        error = exc
+    else:
+        # json keeps the last of a repeated key, as it does in a file; the user meant one of them.
+        repeated = find_duplicates(text.encode("utf-8", "surrogatepass"))
+        if repeated:
+            first = repeated[0]
+            times = "twice" if len(first.values) == 2 else f"{len(first.values)} times"
+            raise _fail_value(
+                text, f"gives the key {json.dumps(first.where[-1], ensure_ascii=False)} {times} in one "
+                      f"object ({first.name}: {first.listed}), and JSON keeps only the last",
+                "Give each key once",
+            )
+        return value
+    number = _python_number(word)
+    if number is not None:
+        raise _fail_value(text, "is a number JSON does not write that way",
+                          f"Write {number}, or pass --string to store the text {text!r}")
+    if _JSON_START.match(text):
+        at = f"column {error.colno}" if error.lineno == 1 else f"line {error.lineno} column {error.colno}"
+        # json's "Unterminated string starting at" already ends with the preposition.
+        at = at if error.msg.endswith(" at") else f"at {at}"
+        raise _fail_value(text, f"looks like JSON but is not: {error.msg} {at}",
+                          "Fix it, or pass --string to store the text as it is")
+    return text  # plain text (a word, a file name): stored as the string it is
+
+
+def _python_number(word: str) -> str | None:
+    """The JSON spelling of a number Python reads in ``word`` (+5, .5, 1_000, 007), else None."""
+    for kind in (int, float):
+        try:
+            number = kind(word)
+        except ValueError:
+            continue
+        if isinstance(number, float) and not math.isfinite(number):
+            return None  # 1e999 and the like: JSON reads them too, or the words above caught them
+        return json.dumps(number)
+    return None
 
 
 def _open_store(args: argparse.Namespace) -> StatusStore:
-    return StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock)
+    return StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock,
+                       allow_downgrade=args.allow_downgrade)
+
+
+def _newer_format(exc: TrainingStatusVersionError, args: argparse.Namespace) -> _Fail:
+    """The store's refusal to rewrite a newer format, naming the flag rather than the keyword."""
+    return _Fail(
+        f"refusing to write {args.path}: it has format version {exc.found_version!r}, newer than the "
+        f"{STATUS_FORMAT_VERSION!r} this trainstatus writes, and rewriting it would drop what this "
+        "version does not understand; nothing was changed. Upgrade trainstatus, or pass "
+        f"--allow-downgrade to rewrite it in format {STATUS_FORMAT_VERSION}"
+    )
 
 
 def _reserved(exc: TrainingStatusValueError, args: argparse.Namespace) -> _Fail | None:
@@ -269,6 +375,8 @@ def _cmd_set(args: argparse.Namespace) -> int:
             store.set(args.category, args.key, value)
     except TrainingStatusValueError as exc:
         raise _reserved(exc, args) or exc
+    except TrainingStatusVersionError as exc:
+        raise _newer_format(exc, args) from None
     finally:
         store.close()
     if created:
@@ -288,6 +396,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             removed = store.delete(args.category, args.key)
     except TrainingStatusValueError as exc:
         raise _reserved(exc, args) or exc
+    except TrainingStatusVersionError as exc:
+        raise _newer_format(exc, args) from None
     finally:
         store.close()
     if not removed:
@@ -378,6 +488,70 @@ def _lock_state(lock_file: str) -> tuple[str, str]:
         os.close(fd)
 
 
+def _soft_lease_state(lease_file: str) -> tuple[str, str] | None:
+    """(level, finding) about a soft lock's lease file, or None when there is none.
+
+    filelock's ``SoftFileLease`` marker is ``filelock/2`` then ``name=value`` lines (pid, host, mode,
+    token, duration); its holder renews it by touching it every third of the lease, so its age is
+    the time since the mtime. The file is read once, never locked, created or removed.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(lease_file, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno_codes.ELOOP:
+            return "info", f"the soft lock state is unknown: {lease_file} is a symlink, not followed"
+        return "info", f"the soft lock state is unknown: cannot open {lease_file}: {exc.strerror or exc}"
+    try:
+        st = os.fstat(fd)
+        raw = os.read(fd, 4096) if stat.S_ISREG(st.st_mode) else b""
+    finally:
+        os.close(fd)
+    age = max(0.0, time.time() - st.st_mtime)  # by this machine's clock (an NFS server's may differ)
+    lines = raw.decode("utf-8", "replace").splitlines()
+    fields = dict(line.partition("=")[::2] for line in lines[1:]) if lines[:1] == ["filelock/2"] else {}
+    pid, host = fields.get("pid", ""), fields.get("host", "")
+    if not (pid.isascii() and pid.isdigit() and host):
+        return "info", (f"a write or a transaction may be in progress: {lease_file} exists but names no "
+                        "holder (a marker being written, or not filelock's)")
+    try:
+        lease = float(fields.get("duration", SOFT_LEASE_SECONDS))
+    except ValueError:
+        lease = SOFT_LEASE_SECONDS
+    holder = f"process {pid} on {''.join(c if c.isprintable() else '?' for c in host)}"
+    if host == _this_host() and not _runs(int(pid)):
+        return "warning", (f"the soft lock {lease_file} names {holder}, this machine, which no longer runs: "
+                           "a killed writer left it; the next writer with the soft lock takes it over at once")
+    if age > lease:
+        return "warning", (f"the soft lock {lease_file} names {holder}, but it was last renewed {age:.1f} s "
+                           f"ago, longer than its {lease:g} s lease: its holder is probably gone; the next "
+                           "writer with the soft lock takes it over")
+    return "held", (f"the soft lock {lease_file} is held by {holder} (renewed {age:.1f} s ago; its lease is "
+                    f"{lease:g} s)")
+
+
+def _this_host() -> str | None:
+    """This machine as filelock names it in a marker (hostname and PID namespace), if it says."""
+    try:
+        from filelock._identity import host_name
+    except ImportError:  # pragma: no cover - a filelock without it: no holder is called dead
+        return None
+    name: str = host_name()
+    return name
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True
+
+
 def _lock_timeout_message(exc: TrainingStatusLockTimeout, timeout: float) -> str:
     lock_file = exc.lock_file or f"{exc.path}.lock"
     try:
@@ -393,7 +567,8 @@ def _lock_timeout_message(exc: TrainingStatusLockTimeout, timeout: float) -> str
 # -- check ----------------------------------------------------------------------------------------
 
 
-_LEVELS = {"ok": EXIT_OK, "info": EXIT_OK, "warning": EXIT_WARNINGS, "corrupt": EXIT_ERROR, "error": EXIT_ERROR}
+_LEVELS = {"ok": EXIT_OK, "info": EXIT_OK, "warning": EXIT_WARNINGS, "problem": EXIT_ERROR,
+           "corrupt": EXIT_ERROR, "error": EXIT_ERROR}
 
 
 class _Report:
@@ -402,10 +577,12 @@ class _Report:
     def __init__(self) -> None:
         self.status = EXIT_OK
         self.warnings = 0
+        self.problems = 0
 
     def __call__(self, level: str, text: str) -> None:
         self.status = max(self.status, _LEVELS[level])
         self.warnings += level == "warning"
+        self.problems += level == "problem"
         print(f"{level}: {text}")
 
 
@@ -460,11 +637,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
             keys = sum(len(entries) for entries in document.categories.values())
             report("ok", f"parses as a status document: {_plural(len(document.categories), 'category', 'categories')}, "
                          f"{_plural(keys, 'key')}, {_plural(len(data), 'byte')}")
+            for duplicate in document.duplicates:
+                report("problem", _duplicate_problem(duplicate))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 check_metadata(document.metadata, {}, location=path)
             for warning in caught:
-                report("warning", str(warning.message))
+                report("warning", _cli_words(str(warning.message)))
             if document.skipped:
                 report("info", f"not read by this version (entries of the newer format): "
                                f"{', '.join(_label(name) for name in document.skipped)}")
@@ -479,6 +658,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
         report("ok", f"the lock is free ({detail})")
     else:
         report("info", f"the lock state is unknown: {detail}")
+    lease = _soft_lease_state(os.path.join(directory, name) + ".softlock")
+    if lease is not None:
+        level, finding = lease
+        if level == "held":
+            state = "held"
+            report("info", f"a write or a transaction is in progress: {finding}")
+        else:
+            report(level, finding)
 
     shown = _shown_directory(path, directory)
     for temp, size in _temp_files(directory, name):
@@ -498,6 +685,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     if unreadable:
         verdict = "unreadable"
+    elif report.problems:
+        verdict = f"not sound: {_plural(report.problems, 'name')} given more than once"
     elif report.status == EXIT_ERROR:
         verdict = "corrupt"
     elif report.warnings:
@@ -600,7 +789,9 @@ atomically and durably, like a trainer's own writes; the others only read.
 
 exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: warnings;
 2 an error (missing, unreadable or damaged file, bad value, lock held too long, bad usage),
-check: corrupt or unreadable.
+check: corrupt, unreadable or a name given more than once.
+
+PATH is a local file; s3:// and other URLs are refused (open s3:// from Python).
 
 example:
   trainstatus show results/run1/run_logs/training_status.json
@@ -617,6 +808,32 @@ def _seconds(text: str) -> float:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, which also says how to pass a VALUE that starts with "-".
+
+    argparse takes such a VALUE (``-x``, ``-Infinity``, ``-1e5``; only plain negative numbers such as
+    ``-3`` pass) for an option and then reports VALUE as missing, which sends the user looking in the
+    wrong place.
+    """
+
+    _given: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> Any:  # argparse's own is NoReturn; it exits here too
+        if "required: " in message and "VALUE" in message.split("required: ", 1)[1]:
+            dashed = next((arg for arg in self._given if arg.startswith("-") and arg != "--"
+                           and arg.split("=", 1)[0] not in self._option_string_actions), None)
+            if dashed is not None:
+                rest = [arg for arg in self._given if arg is not dashed]
+                example = shlex.join([*self.prog.split(), *rest, "--", dashed])
+                message = f"VALUE {dashed!r} starts with '-': pass it after --, as in: {example}"
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -625,7 +842,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=_FORMATTER,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     locking = argparse.ArgumentParser(add_help=False)
     locking.add_argument(
@@ -637,6 +854,13 @@ def _parser() -> argparse.ArgumentParser:
         "--lock", choices=LOCK_MODES, default="flock",
         help="how writers exclude each other: flock (the default), or soft for a file on NFS or "
              "another shared filesystem that trainers on several machines open with lock=\"soft\"",
+    )
+
+    writing = argparse.ArgumentParser(add_help=False)
+    writing.add_argument(
+        "--allow-downgrade", action="store_true",
+        help=f"rewrite a file of a newer format version in format {STATUS_FORMAT_VERSION}, dropping "
+             "what this trainstatus does not understand (without it such a file is never written)",
     )
 
     def command(name: str, run: Callable[[argparse.Namespace], int], help: str, epilog: str,
@@ -675,39 +899,49 @@ examples:
     get.add_argument("--compact", action="store_true", help="on one line, without indentation")
 
     set_ = command("set", _cmd_set, "store one value (locked, atomic, durable)", """\
-VALUE is parsed as JSON (3, 2.5, true, null, NaN, "text", [1, 2], {"steps": 10}); anything that
-is not JSON is stored as the plain string. --string stores VALUE as a string even when it reads
-as JSON. The file is created when absent (its directory must exist). Prints the old and new value.
-A VALUE that starts with "-" (other than a plain negative number) goes after "--".
+how VALUE is read:
+  - as JSON: 3, -2.5, true, false, null, "text", [1, 2], {"steps": 10}, and NaN, Infinity,
+    -Infinity as Python's json and ML-Agents write them. An object may not give a key twice.
+  - a VALUE that starts with [, {, ", a digit or - (after spaces) must be valid JSON: if it is
+    not, nothing is written and the error says where it fails.
+  - Python's spellings (True, None, nan, inf and other cases of them) and numbers JSON does not
+    write that way (+5, .5, 1_000, 007) are errors naming the JSON spelling.
+  - any other text (hello, Walker-500000.onnx, an empty string) is stored as that string.
+  - --string stores VALUE as the string it is, whatever it looks like.
+A VALUE that starts with "-" (other than a plain negative number such as -3) goes after --.
+The file is created when absent (its directory must exist). Prints the old and new value.
+A file of a newer format version is not rewritten unless --allow-downgrade is given.
 
 examples:
   trainstatus set results/run1/run_logs/training_status.json wall_height lesson_num 2
-  trainstatus set results/run1/run_logs/training_status.json Walker note --string 42
+  trainstatus set results/run1/run_logs/training_status.json Walker note --string True
   trainstatus set results/run1/run_logs/training_status.json SoccerTwos elo -- -Infinity
-""", parents=[locking])
+""", parents=[locking, writing])
     set_.add_argument("path", metavar="PATH", help="the status file")
     set_.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name ('metadata' is reserved)")
     set_.add_argument("key", metavar="KEY")
-    set_.add_argument("value", metavar="VALUE", help="JSON, or a plain string")
+    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below)")
     set_.add_argument("--string", action="store_true", help="store VALUE as a string, never as JSON")
 
     delete = command("delete", _cmd_delete, "remove one key (locked, atomic, durable)", """\
 a category whose last key goes is removed too. Exit status 1 (and nothing written) when the key
-is not set.
+is not set. A file of a newer format version is not rewritten unless --allow-downgrade is given.
 
 example:
   trainstatus delete results/run1/run_logs/training_status.json Walker final_checkpoint
-""", parents=[locking])
+""", parents=[locking, writing])
     delete.add_argument("path", metavar="PATH", help="the status file")
     delete.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
     delete.add_argument("key", metavar="KEY")
 
     check = command("check", _cmd_check, "validate the file without changing anything", """\
-one line per finding: whether the file parses as a status document, its format version and
-metadata, whether the lock is held right now (and by which process), temp files left by a killed
-writer, copies kept aside. Nothing is moved, created or locked for longer than an instant.
+one line per finding: whether the file parses as a status document, any name given twice in one
+object (a key or a category: only the last is read, and a write keeps only it), its format
+version and metadata, whether the lock (or a soft lock's lease: holder, host, age) is held right
+now, temp files or leases left by a killed writer, copies kept aside. Nothing is moved, created or
+locked for longer than an instant.
 
-exit status: 0 sound, 1 warnings, 2 corrupt or unreadable.
+exit status: 0 sound, 1 warnings, 2 corrupt, unreadable, or a name given more than once.
 
 example:
   trainstatus check results/run1/run_logs/training_status.json
@@ -758,10 +992,18 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
+def _cli_words(message: str) -> str:
+    """A library message with the command line's flag where it names the Python keyword."""
+    return message.replace(DOWNGRADE_ADVICE, "unless set or delete is given --allow-downgrade")
+
+
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: TextIO | None = None, line: str | None = None) -> None:
     if issubclass(category, TrainingStatusWarning):
-        print(f"{PROG}: warning: {message}", file=sys.stderr)
+        text = str(message)
+        if issubclass(category, TrainingStatusVersionWarning):
+            text = _cli_words(text)
+        print(f"{PROG}: warning: {text}", file=sys.stderr)
     else:
         _default_show_warning(message, category, filename, lineno, file, line)
 
@@ -788,12 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.simplefilter("always", TrainingStatusWarning)
         warnings.showwarning = _show_warning
         try:
-            if is_s3_url(getattr(args, "path", "")):
-                raise _Fail(
-                    f"{args.path}: the command line works on local files only. Copy the object "
-                    f"down (aws s3 cp {args.path} .) and inspect that, or open it from Python "
-                    "with StatusStore(url, storage_options=...)."
-                )
+            _local_only(getattr(args, "path", ""))
             status: int = args.run(args)
             sys.stdout.flush()
             return status

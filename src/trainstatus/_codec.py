@@ -9,6 +9,17 @@ orjson is the fast path. It cannot write or read the ``NaN``/``Infinity`` litera
 files contain (it silently writes ``null``), nor integers beyond 64 bits (it reads them as floats).
 Values holding those go through Python's ``json`` module instead and are marked ``exotic`` so they
 are decoded by ``json`` too: slower, but nothing is ever silently changed.
+
+orjson also refuses a string holding a lone surrogate (a non-UTF-8 file name decoded with
+``surrogateescape``), which Python's ``json`` writes and reads as a ``\\udcff`` escape (ML-Agents'
+files can hold them). Such strings are stored as that escape, in values, dict keys and names alike,
+so that whatever a file held can be set again; orjson is tried first and ``json`` takes over only
+when it refuses.
+
+numpy floats are stored as the Python float (float64) they equal, digit for digit:
+``np.float32(0.1)`` is ``0.10000000149011612``. orjson's numpy option writes float16 and float32 in
+their own shortest form (``0.1``), which reads back as a different float64, so float16/float32
+values are widened to float64 before orjson sees them.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ __all__ = ["Entry", "check_name", "decode", "encode_loaded", "encode_value", "pa
 _OPTIONS = orjson.OPT_INDENT_2
 # With OPT_SERIALIZE_NUMPY orjson imports numpy on meeting a type it does not know (a set, a float
 # subclass); without numpy already imported no numpy value can exist, so the option waits for it.
+# It is given only to values known to hold numpy arrays (see _dumps_value).
 _NUMPY_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
 # A value sits two levels deep in the file (category -> key -> value). orjson writes it indented
 # for that place when it is wrapped two levels deep ({"": {"": value}}) and the wrapper's bytes
@@ -57,6 +69,9 @@ _LOOKS_PER_BYTE = 1 / 64
 # 19 digits is the shortest text that can fall outside; seeing one sends the file to ``json``.
 _DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_DIGIT_RUN = b"0" * 19
+# Python's json reads the escapes of a high surrogate followed by a low one as one character, so a
+# string holding such a pair as two code points cannot come back from a file as it went in.
+_SURROGATE_PAIR = re.compile("[\\ud800-\\udbff][\\udc00-\\udfff]")
 
 
 class Entry(NamedTuple):
@@ -82,10 +97,6 @@ def decode(entry: Entry) -> Any:
     return orjson.loads(entry.raw)
 
 
-def _options() -> int:
-    return _NUMPY_OPTIONS if "numpy" in sys.modules else _OPTIONS
-
-
 def _default(obj: Any) -> Any:
     # Called by orjson for types it does not serialize itself.
     numpy = sys.modules.get("numpy")
@@ -98,6 +109,81 @@ def _default(obj: Any) -> Any:
     raise TypeError
 
 
+class _HoldsNumpy(Exception):
+    """A numpy value met by ``_default_plain``: the value takes ``_widen`` and orjson's numpy option."""
+
+
+def _default_plain(obj: Any) -> Any:
+    # orjson's default while numpy is loaded but its numpy option not given. A numpy scalar becomes
+    # the Python number it equals, which orjson writes as Python would; the numpy option would write
+    # np.float32(0.1) as 0.1, a different float64 from float(np.float32(0.1)).
+    numpy = sys.modules["numpy"]
+    if isinstance(obj, numpy.generic):
+        kind = obj.dtype.kind
+        if kind == "f" and obj.dtype.itemsize <= 8:
+            return float(obj)
+        if kind in "iu":
+            return int(obj)
+        if kind == "b":
+            return bool(obj)
+    if isinstance(obj, (numpy.ndarray, numpy.generic)):
+        raise _HoldsNumpy
+    return _default(obj)
+
+
+def _widen(numpy: Any, value: Any, depth: int) -> Any:
+    """``value`` with its float16/float32 arrays as float64 and its numpy scalars as Python numbers.
+
+    Containers are rebuilt as orjson writes them (tuples as lists, dataclasses and enums as their
+    fields and values), so orjson's numpy option, fast on float64 arrays, writes every number as
+    Python does.
+    """
+    if depth > _MAX_DEPTH:  # a cycle, or too deep anyway: orjson refuses it and _explain says where
+        return value
+    if isinstance(value, numpy.ndarray):
+        kind = value.dtype.kind
+        if value.ndim == 0 and kind in "biuf":
+            return value.tolist()
+        if kind == "f" and value.dtype.itemsize < 8:
+            return numpy.ascontiguousarray(value, dtype=numpy.float64)
+        if kind in "OV":  # objects and records may hold numpy scalars of their own
+            return _widen(numpy, value.tolist(), depth)
+        return value
+    if isinstance(value, numpy.generic):
+        try:
+            return _default_plain(value)
+        except _HoldsNumpy:
+            return value  # datetime64 and the like: the numpy option writes them
+    if isinstance(value, dict):
+        return {k: _widen(numpy, v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_widen(numpy, v, depth + 1) for v in value]
+    if isinstance(value, enum.Enum):
+        return _widen(numpy, value.value, depth)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _widen(numpy, getattr(value, f.name), depth + 1)
+            for f in dataclasses.fields(value)
+            if not f.name.startswith("_")
+        }
+    return value
+
+
+def _dumps_value(value: Any) -> bytes:
+    """orjson's bytes for a value a caller stores, numpy floats written as the float64 they equal."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return _dumps_at_depth(value, _default, _OPTIONS)
+    if not isinstance(value, (numpy.ndarray, numpy.generic)):
+        # Most values hold no numpy array: one pass, at the cost it had with the numpy option.
+        try:
+            return _dumps_at_depth(value, _default_plain, _OPTIONS)
+        except TypeError as exc:
+            if not isinstance(exc.__cause__, _HoldsNumpy):
+                raise
+    return _dumps_at_depth(_widen(numpy, value, 0), _default, _NUMPY_OPTIONS)
+
+
 def _dumps_at_depth(value: Any, default: Any, option: int) -> bytes:
     """orjson's bytes for ``value`` as they stand two levels deep in the file."""
     kind = type(value)
@@ -105,7 +191,9 @@ def _dumps_at_depth(value: Any, default: Any, option: int) -> bytes:
         return orjson.dumps(value, default=default, option=option)  # one line: nothing to indent
     try:
         return orjson.dumps({"": {"": value}}, default=default, option=option)[_WRAP_HEAD:-_WRAP_TAIL]
-    except TypeError:
+    except TypeError as exc:
+        if isinstance(exc.__cause__, _HoldsNumpy):
+            raise  # the caller widens the value and tries again
         # Not storable (this raises again, for the caller to explain), or nested so deep that the
         # two wrapping levels cross orjson's limit.
         return orjson.dumps(value, default=default, option=option).replace(b"\n", _VALUE_INDENT)
@@ -147,13 +235,42 @@ def _may_hold_nonfinite(value: Any) -> bool:
     return False
 
 
+def _utf8(text: str) -> bytes:
+    """JSON text as UTF-8, a lone surrogate written as the ``\\uXXXX`` escape Python's json writes.
+
+    UTF-8 has no bytes for a lone surrogate. JSON text holds one only inside a string, where its
+    escape (backslashreplace writes it lowercase, as json does) reads back as the same str.
+    """
+    return text.encode("utf-8", "backslashreplace")
+
+
 def _json_dumps(plain: Any) -> bytes:
     text = json.dumps(plain, indent=2, ensure_ascii=False, allow_nan=True)
+    return _utf8(text).replace(b"\n", _VALUE_INDENT)
+
+
+def _with_surrogates(value: Any) -> Entry | None:
+    """``value`` through Python's json when a lone surrogate is all orjson refused; else None."""
+    if _find_problem(value, "", 0) is not None:
+        return None
+    converter = _Plain()
     try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate read from an escaped file: keep it escaped
-        data = json.dumps(plain, indent=2, ensure_ascii=True, allow_nan=True).encode("ascii")
-    return data.replace(b"\n", _VALUE_INDENT)
+        text = json.dumps(converter(value), indent=2, ensure_ascii=False, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # orjson reads no lone surrogate escape either: json decodes the entry.
+        return Entry(_utf8(text).replace(b"\n", _VALUE_INDENT), exotic=True)
+    return None  # orjson refused it for a reason of its own: _explain passes its words on
+
+
+def _refused(value: Any, exc: TypeError, *, path: str, category: str, key: str) -> Entry:
+    entry = _with_surrogates(value)
+    if entry is None:
+        raise _explain(value, exc, path=path, category=category, key=key) from exc
+    return entry
 
 
 def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
@@ -168,7 +285,7 @@ def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
         try:
             return _new_entry(Entry, (orjson.dumps(value), False))
         except TypeError as exc:  # an integer beyond 64 bits, a lone surrogate
-            raise _explain(value, exc, path=path, category=category, key=key) from exc
+            return _refused(value, exc, path=path, category=category, key=key)
     if kind is orjson.Fragment:  # orjson would paste its bytes into the file unchecked
         raise TrainingStatusTypeError(
             f"Cannot store {category}/{key} in {path}: an orjson.Fragment is written verbatim and "
@@ -177,9 +294,9 @@ def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
             path=path, category=category, key=key,
         )
     try:
-        raw = _dumps_at_depth(value, _default, _options())
+        raw = _dumps_value(value)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-        raise _explain(value, exc, path=path, category=category, key=key) from exc
+        return _refused(value, exc, path=path, category=category, key=key)
     if b"null" in raw and _may_hold_nonfinite(value):
         # orjson writes NaN and +-Infinity as null. Only a value whose output has a null can hold
         # one, and only one that marshal cannot clear takes the walk below.
@@ -221,22 +338,34 @@ def parse_document(data: bytes) -> Any:
 def _key_bytes(name: str) -> bytes:
     try:
         return orjson.dumps(name)
-    except TypeError:  # a lone surrogate in a name read from a file: keep it, escaped
-        return json.dumps(name).encode("ascii")
+    except TypeError:  # a lone surrogate: its escape, as in values
+        return _utf8(json.dumps(name, ensure_ascii=False))
 
 
 def check_name(name: str, what: str, location: str) -> None:
-    """Refuse a category or key name that UTF-8 cannot encode (a lone surrogate)."""
+    """Refuse a category or key name that would not read back from the file as the same str.
+
+    A lone surrogate is fine (written as its escape, as in values); a high surrogate followed by
+    a low one is not: JSON reads their escapes back as one character.
+    """
     if name.isascii():
         return
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
+    pair = _SURROGATE_PAIR.search(name)
+    if pair is not None:
         raise TrainingStatusValueError(
-            f"The {what} {name!r} for {location} holds a lone surrogate, which UTF-8 cannot "
-            "encode; clean it (e.g. name.encode('utf-8', 'replace').decode()). Nothing was written.",
+            f"The {what} {name!r} for {location} {_pair_problem(pair.group(), 'name')}. Nothing "
+            "was written.",
             path=location,
-        ) from None
+        )
+
+
+def _pair_problem(pair: str, name: str) -> str:
+    joined = pair.encode("utf-16", "surrogatepass").decode("utf-16")
+    return (
+        f"holds the surrogates {pair!r} side by side, which JSON reads back as the one character "
+        f"{joined!r}, so it would not come back as stored; join them (e.g. "
+        f"{name}.encode('utf-16', 'surrogatepass').decode('utf-16'))"
+    )
 
 
 def render(document: Mapping[str, Mapping[str, Entry]]) -> bytes:
@@ -304,26 +433,16 @@ class _Plain:
         return orjson.loads(orjson.dumps(value))
 
     def _numpy(self, numpy: Any, value: Any) -> Any:
-        # The same numbers and text orjson writes for numpy values (float32 in its shortest form,
-        # datetime64 as orjson formats it), with the non-finite floats orjson turned into null put
-        # back from the array.
-        if value.dtype.kind in "OV":  # objects and records may hold anything: walk them
+        # The numbers _widen stores (numpy's tolist gives the Python numbers a float16/32 equals)
+        # and the text orjson writes for the rest (datetime64 as orjson formats it).
+        kind = value.dtype.kind
+        if kind in "OVU":  # objects and records may hold anything, text a lone surrogate: walk them
             return self(value.tolist())
-        plain = orjson.loads(orjson.dumps(value, default=_default, option=_NUMPY_OPTIONS))
-        if value.dtype.kind != "f":
-            return plain
-        bad = ~numpy.isfinite(value)
-        if not bad.any():
-            return plain
-        self.nonfinite = True
-        if value.ndim == 0:
-            return float(value)
-        for index in numpy.argwhere(bad):
-            row = plain
-            for i in index[:-1]:
-                row = row[i]
-            row[index[-1]] = float(value[tuple(index)])
-        return plain
+        if kind in "biu" or (kind == "f" and value.dtype.itemsize <= 8):
+            if kind == "f" and not numpy.isfinite(value).all():
+                self.nonfinite = True
+            return value.tolist()
+        return orjson.loads(orjson.dumps(value, default=_default, option=_NUMPY_OPTIONS))
 
 
 # --- errors: find where in a nested value encoding failed and say what to do --------------------
@@ -385,11 +504,9 @@ def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] |
             False,
         )
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return (where, "the string holds a lone surrogate, which UTF-8 cannot encode; "
-                    "clean it (e.g. value.encode('utf-8', 'replace').decode())", False)
+        pair = None if value.isascii() else _SURROGATE_PAIR.search(value)
+        if pair is not None:
+            return (where, f"the string {_pair_problem(pair.group(), 'value')}", False)
         return None
     if isinstance(value, dict):
         for k, v in value.items():
@@ -401,12 +518,9 @@ def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] |
                     "an Enum)",
                     True,
                 )
-            if not k.isascii():
-                try:
-                    k.encode("utf-8")
-                except UnicodeEncodeError:
-                    return (where, f"the dict key {k!r} holds a lone surrogate, which UTF-8 cannot "
-                            "encode; clean it (e.g. key.encode('utf-8', 'replace').decode())", False)
+            pair = None if k.isascii() else _SURROGATE_PAIR.search(k)
+            if pair is not None:
+                return (where, f"the dict key {k!r} {_pair_problem(pair.group(), 'key')}", False)
             found = _find_problem(v, f"{where}[{k!r}]", depth + 1)
             if found:
                 return found

@@ -4,25 +4,38 @@ A file is *corrupt* when it is not JSON, its top level is not an object, or a ca
 metadata block included) is not an object; the store keeps such a file aside and starts empty.
 Anything else it can read, it reads, and warns about what it cannot vouch for: a different format
 version, missing metadata, registered metadata fields that differ from this run's.
+
+A name given twice in one object (two ``"lesson_num"`` in a category, a category twice) parses,
+the last value winning, as JSON parsers do; the next write would keep only that one. The loader
+lists every such name in ``Document.duplicates`` so the caller can say so. Finding them costs a
+second parse with Python's json, which is paid only when the file is not byte for byte what
+``render`` makes of the parsed document: a file trainstatus wrote has no duplicates and costs a
+join and a compare (under 50 µs at 32 KB, a few % of its load); other files (ML-Agents'
+``json.dump(indent=4)``) pay the second parse (about 200 µs at 32 KB, a fifth to a third of their
+load), until trainstatus first rewrites them in its own layout.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from ._codec import Entry, encode_loaded, parse_document
+from ._codec import Entry, encode_loaded, parse_document, render
 from ._errors import TrainingStatusVersionWarning, warn
 
 __all__ = [
+    "DOWNGRADE_ADVICE",
     "METADATA",
     "STATUS_FORMAT_VERSION",
     "Corrupt",
     "Document",
+    "Duplicate",
     "check_metadata",
     "compare_metadata",
     "is_newer_format",
+    "find_duplicates",
     "load_document",
 ]
 
@@ -30,6 +43,8 @@ STATUS_FORMAT_VERSION = "0.3.0"
 """The layout version written in ``metadata.stats_format_version``; ML-Agents' current one."""
 
 METADATA = "metadata"
+# How the version warning says to rewrite a newer format anyway; the command line puts its flag here.
+DOWNGRADE_ADVICE = "unless the store is opened with allow_downgrade=True"
 
 
 class Corrupt(Exception):
@@ -40,11 +55,127 @@ class Corrupt(Exception):
         self.reason = reason
 
 
+class Duplicate(NamedTuple):
+    """A name given more than once in one object of a file; its last value is the one read.
+
+    ``where``: the names (and list indexes) from the top of the document down to it:
+    ``("Walker", "lesson_num")`` for a key, ``("Walker",)`` for a category,
+    ``("Walker", "checkpoints", 0, "steps")`` inside a value. ``values``: every value it has,
+    in file order, exactly as Python's json reads them (NaN, integers beyond 64 bits).
+    """
+
+    where: tuple[str | int, ...]
+    values: tuple[Any, ...]
+
+    @property
+    def name(self) -> str:
+        """``where`` as one readable string: ``Walker/checkpoints[0]/steps``."""
+        text = ""
+        for part in self.where:
+            if isinstance(part, int):
+                text += f"[{part}]"
+            else:
+                text += ("/" if text else "") + _readable(part)
+        return text
+
+    @property
+    def listed(self) -> str:
+        """The values as JSON, shortened, in file order: ``1, 2, then 3``."""
+        shown = [_shown(value) for value in self.values]
+        return ", ".join(shown[:-1]) + ", then " + shown[-1]
+
+    def __str__(self) -> str:
+        what = f"the category {self.name}" if len(self.where) == 1 else self.name
+        return (f"{what} appears {len(self.values)} times ({self.listed}); the last, "
+                f"{_shown(self.values[-1])}, is the one read")
+
+
+def _readable(name: str) -> str:
+    if name and name.isprintable() and name.strip() == name and not any(c in name for c in '/[]"'):
+        return name
+    return json.dumps(name, ensure_ascii=False)
+
+
+_SHOWN_MAX = 60
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, allow_nan=True)
+    return text if len(text) <= _SHOWN_MAX else text[: _SHOWN_MAX - 3] + "..."
+
+
 @dataclasses.dataclass
 class Document:
     categories: dict[str, dict[str, Entry]]
     metadata: dict[str, Any] | None  # None: the file has no metadata block
     skipped: list[str] = dataclasses.field(default_factory=list)  # newer-format entries not read
+    # Names given more than once in one object, in file order; empty for almost every file.
+    duplicates: list[Duplicate] = dataclasses.field(default_factory=list)
+
+
+class _Repeated(dict):  # type: ignore[type-arg]
+    """An object of the file in which some name appears more than once: the values of each."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        values: dict[str, list[Any]] = {}
+        for key, value in pairs:
+            values.setdefault(key, []).append(value)
+        self.repeats = {key: tuple(found) for key, found in values.items() if len(found) > 1}
+
+
+def find_duplicates(data: bytes) -> list[Duplicate]:
+    """Every name given more than once in one object of ``data`` (JSON), at any depth, in file order.
+
+    Python's json, which reads what ``parse_document`` reads (NaN/Infinity, big integers, a BOM),
+    hands each object's pairs over before they become a dict; only an object with a repeated
+    name is kept aside, and only when one was seen is the tree walked to say where it is.
+    """
+    repeated = False
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeated
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        repeated = True
+        return _Repeated(pairs)
+
+    tree = json.loads(data, object_pairs_hook=pairs_hook)
+    if not repeated:
+        return []
+    found: list[Duplicate] = []
+    _collect(tree, (), found)
+    return found
+
+
+def _collect(value: Any, where: tuple[str | int, ...], found: list[Duplicate]) -> None:
+    if isinstance(value, dict):
+        repeats = value.repeats if isinstance(value, _Repeated) else {}
+        for key, item in value.items():
+            if key in repeats:
+                # Repeats inside the values it overrides are not listed: this line covers them.
+                found.append(Duplicate((*where, key), repeats[key]))
+            _collect(item, (*where, key), found)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _collect(item, (*where, index), found)
+
+
+# How everything ``render`` writes but an empty document starts; any other start (ML-Agents' indent
+# of 4) skips the join and compare.
+_RENDERED_START = b'{\n  "'
+
+
+def _renders_back(parsed: dict[str, Any], categories: dict[str, dict[str, Entry]], data: bytes) -> bool:
+    """Whether ``render`` gives back exactly ``data``: then no object in it repeats a name."""
+    document: dict[str, Mapping[str, Entry]] = {}
+    for name, value in parsed.items():
+        if name == METADATA:
+            document[name] = {key: encode_loaded(item) for key, item in value.items()}
+        else:
+            document[name] = categories[name]
+    return render(document) == data
 
 
 def _kind(value: Any) -> str:
@@ -86,7 +217,13 @@ def load_document(data: bytes) -> Document:
             categories[name] = {key: encode_loaded(item) for key, item in value.items()}
         except RecursionError:  # deeper than Python's json can write back (orjson read it)
             raise Corrupt(f"category {name!r} is nested too deeply to be a status file") from None
-    return Document(categories, metadata, skipped)
+    duplicates: list[Duplicate] = []
+    if skipped or not (data.startswith(_RENDERED_START) and _renders_back(parsed, categories, data)):
+        try:
+            duplicates = find_duplicates(data)
+        except RecursionError:  # orjson read deeper than Python's json can
+            raise Corrupt("it is nested too deeply to be a status file") from None
+    return Document(categories, metadata, skipped, duplicates)
 
 
 def _version_tuple(version: Any) -> tuple[int, ...] | None:
@@ -141,8 +278,7 @@ def check_metadata(found: Mapping[str, Any] | None, registered: Mapping[str, Any
     if version != STATUS_FORMAT_VERSION:
         if is_newer_format(version):
             advice = ("it is read as far as this version understands it, but writing to it raises "
-                      "an error unless the store is opened with allow_downgrade=True; upgrade "
-                      "trainstatus to keep what it holds")
+                      f"an error {DOWNGRADE_ADVICE}; upgrade trainstatus to keep what it holds")
         else:
             advice = "it is read as this version and rewritten in it on the next write"
         warn(TrainingStatusVersionWarning(

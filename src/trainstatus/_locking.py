@@ -43,6 +43,7 @@ from typing import Any
 
 import filelock
 
+from . import _interrupts
 from ._errors import TrainingStatusLockTimeout, TrainingStatusWriteError
 
 __all__ = ["LOCK_MODES", "SOFT_LEASE_SECONDS", "Descriptor", "PathLock", "close_all", "generation", "lock_for"]
@@ -155,7 +156,7 @@ class _HeldDescriptor:
                 if left <= 0:
                     raise filelock.Timeout(self.path)
                 wait = min(wait, left)
-            time.sleep(wait)
+            _interrupts.sleep(wait)
             wait = min(2 * wait, _LONGEST_WAIT)
 
     def release(self) -> None:
@@ -198,7 +199,7 @@ class PathLock:
         shown = timeout if configured is None else configured
         taken_in = generation  # a hold that spans a fork must not release in the child
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._mutex.acquire(timeout=-1 if timeout is None else timeout):
+        if not _interrupts.acquire(self._mutex, timeout):
             raise self._timeout(shown, path, None)
         try:
             if self._depth == 0:
@@ -231,8 +232,7 @@ class PathLock:
         if self._lease is None:
             return
         try:
-            remaining = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            self._lease.acquire(timeout=remaining, poll_interval=_SOFT_POLL)
+            self._take_lease(deadline)
         except BaseException as exc:
             if self._flock_held:
                 self._flock_held = False
@@ -242,6 +242,20 @@ class PathLock:
             if isinstance(exc, OSError):
                 raise self._cannot_lock(path, exc, self.lease_path) from exc
             raise
+
+    def _take_lease(self, deadline: float | None) -> None:
+        # Polled here rather than by filelock's own wait, so that a Ctrl-C can stop the wait
+        # only between two tries, never inside one (see _interrupts).
+        assert self._lease is not None
+        while True:
+            try:
+                self._lease.acquire(blocking=False)
+                return
+            except filelock.Timeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+            left = _SOFT_POLL if deadline is None else min(_SOFT_POLL, max(0.0, deadline - time.monotonic()))
+            _interrupts.sleep(left)
 
     def _let_go(self) -> None:
         try:

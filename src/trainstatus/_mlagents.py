@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.metadata
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -35,19 +37,46 @@ class StatusType(enum.Enum):
     ELO = "elo"
 
 
+def _running_version(module: str, distribution: str) -> str | None:
+    """The version of ``module`` this run uses, or None when its distribution is not installed.
+
+    ML-Agents records ``mlagents.trainers.__version__`` and ``torch.__version__``. A module already
+    imported answers itself; otherwise the installed distribution's metadata does, as importing
+    torch only to read its version takes seconds.
+    """
+    version = getattr(sys.modules.get(module), "__version__", None)
+    if version is not None:
+        return str(version)  # torch's is a TorchVersion, a str subclass
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _mlagents_version() -> str | None:
+    return _running_version("mlagents.trainers", "mlagents")
+
+
+def _torch_version() -> str | None:
+    return _running_version("torch", "torch")
+
+
 @dataclasses.dataclass
 class StatusMetaData:
     """The metadata block: format version, library versions, and any ``extra`` fields.
 
-    ``trainstatus_version`` is recorded but never compared: the format version says whether a
-    file can be read. The other fields are compared by ``check_compatibility`` when both sides
-    have them.
+    As in ML-Agents, ``StatusMetaData()`` describes this run: ``mlagents_version`` and
+    ``torch_version`` are those of the installed ``mlagents`` and ``torch`` (``None`` when not
+    installed), read from the imported module if there is one, else from the distribution's
+    metadata, without importing torch. ``trainstatus_version`` is recorded but never compared: the
+    format version says whether a file can be read. The other fields are compared by
+    ``check_compatibility`` when both sides have them.
     """
 
     stats_format_version: str = STATUS_FORMAT_VERSION
     trainstatus_version: str = __version__
-    mlagents_version: str | None = None
-    torch_version: str | None = None
+    mlagents_version: str | None = dataclasses.field(default_factory=_mlagents_version)
+    torch_version: str | None = dataclasses.field(default_factory=_torch_version)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,7 +94,10 @@ class StatusMetaData:
 
     @classmethod
     def from_dict(cls, import_dict: Mapping[str, Any]) -> StatusMetaData:
-        """Read a metadata block; fields this class does not name go to ``extra``."""
+        """Read a metadata block; fields this class does not name go to ``extra``.
+
+        Fields the block lacks take their defaults (this run's versions), as in ML-Agents.
+        """
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         given = {k: v for k, v in import_dict.items() if k in known}
         extra = {k: v for k, v in import_dict.items() if k not in known}

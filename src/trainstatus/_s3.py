@@ -23,6 +23,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ContextManager
 
+from . import _interrupts
 from ._errors import TrainingStatusError, TrainingStatusReadError, TrainingStatusValueError, TrainingStatusWriteError
 from ._storage import Conflict, Storage
 
@@ -173,8 +174,9 @@ class S3Object(Storage):
 
     def read(self) -> bytes | None:
         try:
-            answer = self._s3().get_object(Bucket=self._bucket, Key=self._key)
-            data: bytes = answer["Body"].read()
+            with _interrupts.interruptible():  # a request may hang for minutes: Ctrl-C stops it
+                answer = self._s3().get_object(Bucket=self._bucket, Key=self._key)
+                data: bytes = answer["Body"].read()
         except Exception as exc:
             if _code(exc)[0] in _MISSING_KEY_CODES:
                 self._etag, self._last = None, None
@@ -190,7 +192,8 @@ class S3Object(Storage):
 
     def changed(self) -> bool:
         try:
-            answer = self._s3().head_object(Bucket=self._bucket, Key=self._key)
+            with _interrupts.interruptible():
+                answer = self._s3().head_object(Bucket=self._bucket, Key=self._key)
         except Exception as exc:
             if _code(exc)[0] in _MISSING_KEY_CODES:
                 return self._etag is not None
@@ -215,8 +218,11 @@ class S3Object(Storage):
             raise Conflict()
         condition = {"IfNoneMatch": "*"} if self._etag is None else {"IfMatch": self._etag}
         try:
-            answer = self._s3().put_object(Bucket=self._bucket, Key=self._key, Body=data,
-                                           ContentType="application/json", **condition)
+            # Interrupted, the write may or may not have landed: the store forgets the version
+            # then, and its next write reads the object first.
+            with _interrupts.interruptible():
+                answer = self._s3().put_object(Bucket=self._bucket, Key=self._key, Body=data,
+                                               ContentType="application/json", **condition)
         except Exception as exc:
             code, status = _code(exc)
             refused = code in _CONFLICT_CODES or status in (409, 412) or (self._etag is not None and code in _MISSING_KEY_CODES)

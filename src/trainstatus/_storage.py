@@ -348,7 +348,17 @@ class LocalFile(Storage):
     @contextlib.contextmanager
     def _hold(self, path_lock: _locking.PathLock, timeout: float | None, configured: float | None) -> Iterator[None]:
         try:
-            with path_lock.hold(timeout, path=self.location, configured=configured):
+            with contextlib.ExitStack() as stack:
+                try:
+                    stack.enter_context(path_lock.hold(timeout, path=self.location, configured=configured))
+                except TrainingStatusWriteError as exc:
+                    # The run folder was deleted under a running store (rm -r run_logs): recreate
+                    # it, as a new store would, instead of failing every write from now on.
+                    if exc.errno != errno_codes.ENOENT or os.path.isdir(self._directory):
+                        raise
+                    self._directory_ready = False
+                    self._ensure_directory()
+                    stack.enter_context(path_lock.hold(timeout, path=self.location, configured=configured))
                 yield
         finally:
             # Once this thread lets go of the lock, free the files our writes replaced.

@@ -34,13 +34,14 @@ import enum
 import logging
 import os
 import random
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from . import _locking
+from . import _interrupts, _locking
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
 from ._errors import (
     TrainingStatusConflictError,
@@ -56,6 +57,7 @@ from ._errors import (
     TrainingStatusWriteError,
     warn,
 )
+from ._location import check_location
 from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
 from ._s3 import S3Object, is_s3_url
 from ._storage import Conflict, LocalFile, Storage
@@ -76,6 +78,40 @@ _FIRST_BACKOFF = 0.01
 _LONGEST_BACKOFF = 1.0
 
 
+def _path_option(path: Any) -> str:
+    """``path`` as ``open()`` takes it (str, bytes or os.PathLike), as a str."""
+    try:
+        given = os.fspath(path)
+    except TypeError:
+        raise TrainingStatusTypeError(
+            f"path must be a str, bytes or os.PathLike (pathlib.Path), not {type(path).__name__!r} "
+            f"({path!r}); give the status file's path, e.g. 'results/run1/run_logs/training_status.json'.",
+        ) from None
+    return os.fsdecode(given) if isinstance(given, bytes) else given
+
+
+_OPTION_TYPES = {bool: "True or False", str: "a str", Mapping: "a dict (a mapping) or None",
+                 float: "a number of seconds or None"}
+
+
+def _check_option(name: str, value: Any, kind: type, location: str) -> None:
+    """Refuse an option of the wrong type, such as a string from a YAML config ("no" for False)."""
+    if value is None and kind is Mapping:
+        return
+    if kind is bool and type(value) is bool:
+        return
+    if kind is not bool and kind is not float and isinstance(value, kind):
+        return
+    hint = ""
+    if isinstance(value, str):
+        hint = " (options read from a config file arrive as strings: convert them first)"
+    raise TrainingStatusTypeError(
+        f"StatusStore option {name}= must be {_OPTION_TYPES[kind]}, not {type(value).__name__!r} "
+        f"({value!r}), for {location}{hint}.",
+        path=location,
+    )
+
+
 class _StaleRead(TrainingStatusConflictError):
     """A transaction's body read a key another writer changed before the transaction was written."""
 
@@ -84,7 +120,14 @@ def _name(value: Any, what: str, location: str) -> str:
     if type(value) is str:
         return value
     if isinstance(value, enum.Enum):
-        value = value.value
+        if isinstance(value.value, str):
+            return str(value.value)
+        raise TrainingStatusTypeError(
+            f"A {what} must be a str or an Enum whose value is a str; the Enum member {value!r} "
+            f"has the value {value.value!r} ({type(value.value).__name__}), in {location}. Use its "
+            f".name, or an Enum with str values.",
+            path=location,
+        )
     if isinstance(value, str):
         return str(value)
     raise TrainingStatusTypeError(
@@ -156,6 +199,61 @@ def _apply(document: Mapping[str, dict[str, Entry]], pending: Mapping[tuple[str,
     return result
 
 
+class _Transaction:
+    """What ``StatusStore.transaction()`` returns: a class, not a generator, for ``__enter__``.
+
+    Once the transaction is open the only way out is ``__exit__``, which the with statement calls
+    only if ``__enter__`` returned; so no signal may raise between the opening and the return.
+    Both frames hold signals back on every line (``_interrupts.BOUNDARIES``); what arrived while
+    opening is delivered before returning, and if that raises the transaction is closed first.
+    The body runs with signals going through at once: it is the caller's code.
+    """
+
+    __slots__ = ("main", "outer", "savepoint", "stack", "start", "store")
+
+    def __init__(self, store: StatusStore, start: float | None = None) -> None:
+        self.store = store
+        self.start = start
+        self.main = False
+        self.outer = False
+        self.savepoint: tuple[dict[tuple[str, str], Entry | None], bool, bool] = ({}, False, False)
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> StatusStore:
+        main = self.main = _interrupts.enter()
+        try:
+            self.store._begin(self)
+        except BaseException:
+            if main:
+                _interrupts.leave()
+            raise
+        if not main:
+            return self.store
+        _interrupts.hold()
+        state = _interrupts.state
+        while True:
+            if not state.pending: state.depth -= 1; state.users -= 1; return self.store  # noqa: E701,E702 - one line: atomic
+            try:
+                _interrupts.deliver()  # with the transaction open: a handler may just set a flag
+            except BaseException:
+                _interrupts.unhold()
+                try:
+                    self.store._end(self, failed=True)
+                finally:
+                    _interrupts.leave()
+                raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self.main: _interrupts.state.depth += 1  # noqa: E701 - the hold counts it as a user already
+        try:
+            self.store._end(self, failed=exc_type is not None)
+        finally:
+            if self.main:
+                _interrupts.leave()
+
+
+
+
 class StatusStore:
     """A training status file kept on disk the moment it changes.
 
@@ -192,10 +290,10 @@ class StatusStore:
       PUT, retried over the new version when another writer got in first.
     """
 
+    @_interrupts.protected
     def __init__(
         self,
-        path: str | os.PathLike[str],
-        /,
+        path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
         *,
         resume: bool = False,
         durable: bool = True,
@@ -206,7 +304,17 @@ class StatusStore:
         allow_downgrade: bool = False,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        given = os.fspath(path)
+        given = _path_option(path)
+        _check_option("resume", resume, bool, given)
+        _check_option("durable", durable, bool, given)
+        _check_option("strict", strict, bool, given)
+        _check_option("allow_downgrade", allow_downgrade, bool, given)
+        _check_option("lock", lock, str, given)
+        _check_option("metadata", metadata, Mapping, given)
+        _check_option("storage_options", storage_options, Mapping, given)
+        if lock_timeout is not None and (type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float))):
+            _check_option("lock_timeout", lock_timeout, float, given)
+        check_location(given)
         if lock not in _locking.LOCK_MODES:
             raise ValueError(f"lock must be one of {', '.join(map(repr, _locking.LOCK_MODES))}, not {lock!r}")
         if lock != "flock" and isinstance(given, str) and is_s3_url(given):
@@ -255,9 +363,13 @@ class StatusStore:
         self._allow_downgrade = allow_downgrade
         self._mutex = threading.RLock()
         self._guard_depth = 0  # guarded by _mutex
-        self._queue = threading.Condition(threading.Lock())  # guards the three below
+        self._queue = threading.Lock()  # guards the three below
         self._open_batch: _Batch | None = None  # where a set joins; None until a set opens one
         self._writing = False  # a leader is writing (or waiting for the locks to write)
+        # Threads waiting for a group write or for the turn to lead, each on its own taken Lock,
+        # released to wake it (what a Condition does, but the wait is a C-level acquire, which
+        # an interrupt leaves either taken or not: see _interrupts).
+        self._waiters: list[threading.Lock] = []
         self._deadline: float | None = None  # of the outermost guarded call; guarded by _mutex
         self._pending: dict[tuple[str, str], Entry | None] = {}
         self._save_requested = False
@@ -301,7 +413,7 @@ class StatusStore:
         """The absolute path of the status file, as given (a symlink is not resolved here)."""
         return self._location
 
-    def get(self, category: _Name, key: _Name, default: Any = None, /) -> Any:
+    def get(self, category: _Name, key: _Name, /, default: Any = None) -> Any:
         """The value at ``category``/``key``, or ``default``; a copy, read from memory only.
 
         Mutating what is returned changes nothing in the store: ``set`` is the only way in. The
@@ -314,12 +426,19 @@ class StatusStore:
         entry = self._lookup(category_name, key_name)
         return default if entry is None else decode(entry)
 
+    @_interrupts.protected
     def set(self, category: _Name, key: _Name, value: Any, /) -> None:
         """Store ``value`` at ``category``/``key`` and write the file before returning.
 
         Values: dicts with str keys, lists, tuples, str, int (64-bit), float (NaN and infinities
         included), bool, None, dataclasses, enums, datetimes, UUIDs, numpy arrays and scalars.
-        Anything else raises ``TrainingStatusTypeError`` before anything is written.
+        numpy values are stored as the Python numbers they equal: integers and ``bool_`` as int
+        and bool, every float (float16, float32, float64, 0-d arrays included) as the float64
+        ``float(x)`` gives, digit for digit (``np.float32(0.1)`` is stored as
+        ``0.10000000149011612``). Strings may hold lone surrogates (a non-UTF-8 file name decoded
+        with ``surrogateescape``), written as ``\\uXXXX`` escapes; a high surrogate directly
+        followed by a low one raises ``TrainingStatusValueError``. Anything else raises
+        ``TrainingStatusTypeError`` before anything is written.
         """
         category_name, key_name = self._writable(category, key)
         entry = encode_value(value, path=self._location, category=category_name, key=key_name)
@@ -339,6 +458,7 @@ class StatusStore:
             return
         self._set_grouped(((category_name, key_name), entry))
 
+    @_interrupts.protected
     def delete(self, category: _Name, key: _Name, /) -> bool:
         """Remove ``category``/``key`` and write the file; False (and no write) if it was absent.
 
@@ -354,6 +474,7 @@ class StatusStore:
             self._pending[(category_name, key_name)] = None
             return True
 
+    @_interrupts.protected
     def clear(self) -> None:
         """Start the document over, in one write: every category goes.
 
@@ -364,6 +485,7 @@ class StatusStore:
             self._pending.clear()
             self._cleared = True
 
+    @_interrupts.protected
     def save(self) -> None:
         """Write the whole document now, even if nothing changed (creates a missing file).
 
@@ -378,8 +500,7 @@ class StatusStore:
             finally:
                 self._save_requested = False
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[StatusStore]:
+    def transaction(self) -> contextlib.AbstractContextManager[StatusStore]:
         """Group changes into one write, atomic with respect to other writers.
 
         The lock is held for the whole body, after first picking up what other processes wrote,
@@ -388,10 +509,14 @@ class StatusStore:
         written once, at the end. An exception inside writes nothing and leaves memory as it was.
         Transactions nest; only the outermost writes.
         """
+        return _Transaction(self)
+
+    def _begin(self, tx: _Transaction) -> None:
+        """Open ``tx``: the guard, and for the outermost the lock and what others wrote."""
         with contextlib.ExitStack() as stack:
-            stack.enter_context(self._guard())
-            outer = self._tx_depth == 0
-            if outer:
+            stack.enter_context(self._guard(tx.start))
+            tx.outer = self._tx_depth == 0
+            if tx.outer:
                 stack.enter_context(self._storage.lock(self._remaining(), configured=self._lock_timeout))
                 self._sync()
                 if self._storage.conditional:
@@ -399,16 +524,18 @@ class StatusStore:
                 self._tx_owner = threading.get_ident()
                 self._tx_generation = _locking.generation
                 stack.callback(self._end_transaction)
-            savepoint = (dict(self._pending), self._save_requested, self._cleared)
+            tx.savepoint = (dict(self._pending), self._save_requested, self._cleared)
             self._tx_depth += 1
-            try:
-                yield self
-            except BaseException:
-                self._pending, self._save_requested, self._cleared = savepoint
-                raise
-            finally:
-                self._tx_depth -= 1
-            if outer and (self._pending or self._save_requested or self._cleared):
+            tx.stack = stack.pop_all()
+
+    def _end(self, tx: _Transaction, failed: bool) -> None:
+        """Close ``tx``: roll back (``failed``) or, for the outermost, write; then let go."""
+        with tx.stack:
+            self._tx_depth -= 1
+            if failed:
+                self._pending, self._save_requested, self._cleared = tx.savepoint
+                return
+            if tx.outer and (self._pending or self._save_requested or self._cleared):
                 if self._tx_generation != _locking.generation:
                     raise TrainingStatusError(
                         f"A transaction on {self._location} was opened before this process was "
@@ -429,17 +556,19 @@ class StatusStore:
         set on the store), until ``lock_timeout`` runs out (``TrainingStatusConflictError``).
         Inside another transaction of this thread it just joins it.
         """
-        with self._guard():
-            backoff = _FIRST_BACKOFF
-            while True:
-                try:
-                    with self.transaction():
-                        return func(self)
-                except _StaleRead:
-                    if self._tx_depth:  # joined an outer transaction: that one must be redone
-                        raise
-                    backoff = self._pause(backoff, None)
+        start = time.monotonic()
+        deadline = None if self._lock_timeout is None else start + self._lock_timeout
+        backoff = _FIRST_BACKOFF
+        while True:
+            try:
+                with _Transaction(self, start):
+                    return func(self)
+            except _StaleRead:
+                if self._tx_depth and self._tx_owner == threading.get_ident():
+                    raise  # joined an outer transaction: that one must be redone
+                backoff = self._pause(backoff, None, deadline)
 
+    @_interrupts.protected
     def reload(self) -> None:
         """Read the file again if another writer changed it (no write, no lock held after)."""
         with self._guard():
@@ -455,8 +584,14 @@ class StatusStore:
         result[METADATA] = {key: decode(entry) for key, entry in self._meta_view().items()}
         return result
 
+    @_interrupts.protected
     def close(self) -> None:
-        """Release the file handle this store keeps; later writes raise. ``get`` still works."""
+        """Release the file handle this store keeps; later writes raise. ``get`` still works.
+
+        Closing a closed store does nothing (so ``close()`` inside ``with StatusStore(...)`` is fine).
+        """
+        if self._closed:
+            return
         with self._guard():
             if self._tx_depth:
                 raise TrainingStatusError(
@@ -536,9 +671,31 @@ class StatusStore:
         except Corrupt as exc:
             self._damaged(exc.reason, initial=initial, locked=locked)
             return
+        if document.duplicates:
+            self._duplicates(data, document)
         if initial:
             check_metadata(document.metadata, self._registered_metadata(), location=self._location)
         self._install(document)
+
+    def _duplicates(self, data: bytes, document: Document) -> None:
+        """Warn that the file names a key twice, keeping its bytes aside before a write drops one."""
+        keep_copy = getattr(self._storage, "keep_copy", None)
+        kept = ""
+        moved: str | None = None
+        if keep_copy is not None:
+            try:
+                moved = keep_copy(data)
+                kept = f" Its bytes were kept, as they are, as {moved}."
+            except OSError as exc:
+                kept = f" Its bytes could not be kept aside ({exc.strerror or exc}): copy the file now."
+        listed = "; ".join(str(d) for d in document.duplicates[:5])
+        more = f" (and {len(document.duplicates) - 5} more)" if len(document.duplicates) > 5 else ""
+        warn(TrainingStatusCorruptWarning(
+            f"{self._location} gives a name more than once: {listed}{more}. The next write keeps only "
+            f"the value read.{kept} Check which value is right and set it.",
+            path=self._location,
+            moved_to=moved,
+        ))
 
     def _registered_metadata(self) -> dict[str, Any]:
         return {k: decode(e) for k, e in self._own_metadata.items() if k not in _OWN_METADATA}
@@ -619,27 +776,46 @@ class StatusStore:
         """Write ``change`` together with whatever other threads are setting (see the module doc)."""
         start = time.monotonic()
         timeout = self._lock_timeout
+        waiter: threading.Lock | None = None
         with self._queue:
             batch = self._open_batch
             if batch is None:
                 batch = self._open_batch = _Batch()
             batch.changes.append(change)
-            while not batch.done:
-                if not self._writing:
-                    self._writing = True  # lead: write this batch
+            lead = not self._writing
+            self._writing = True
+        while not lead:
+            with self._queue:
+                if waiter is not None:
+                    self._forget_waiter(waiter)  # woken, or its wait ran out
+                if batch.done:
                     break
-                if batch.taken or timeout is None:
-                    self._queue.wait()
-                    continue
-                remaining = start + timeout - time.monotonic()
-                if remaining <= 0:
-                    self._withdraw(batch, change)
-                    raise self._busy(timeout)
-                self._queue.wait(remaining)
-            else:
-                if batch.error is not None:
-                    raise _error_for_waiter(batch.error, self._location)
-                return
+                if not self._writing:
+                    self._writing = lead = True  # the leader withdrew: lead this batch
+                    break
+                remaining = None
+                if not batch.taken and timeout is not None:
+                    remaining = start + timeout - time.monotonic()
+                    if remaining <= 0:
+                        self._withdraw(batch, change)
+                        raise self._busy(timeout)
+                waiter = threading.Lock()
+                waiter.acquire()
+                self._waiters.append(waiter)
+            try:
+                _interrupts.acquire(waiter, remaining)
+            except BaseException:
+                # Interrupted while waiting: a change not taken yet is taken back; once taken,
+                # the leader writes it (memory follows the file there, in the leader's thread).
+                with self._queue:
+                    self._forget_waiter(waiter)
+                    if not batch.taken and not batch.done:
+                        self._withdraw(batch, change)
+                raise
+        if not lead:
+            if batch.error is not None:
+                raise _error_for_waiter(batch.error, self._location)
+            return
         try:
             with self._guard(start), self._storage.lock(self._remaining(), configured=timeout):
                 self._write_batch(batch)
@@ -650,8 +826,18 @@ class StatusStore:
                 with self._queue:
                     self._withdraw(batch, change)
                     self._writing = False
-                    self._queue.notify_all()
+                    self._wake_all()
             raise
+
+    def _forget_waiter(self, waiter: threading.Lock) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(waiter)
+
+    def _wake_all(self) -> None:
+        """Wake every waiting thread, to look at the state again (``_queue`` held)."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.release()
 
     def _withdraw(self, batch: _Batch, change: _Change) -> None:
         """Take ``change`` out of a batch not yet taken (``_queue`` held)."""
@@ -680,7 +866,7 @@ class StatusStore:
             with self._queue:
                 batch.done = True
                 self._writing = False
-                self._queue.notify_all()
+                self._wake_all()
 
     def _busy(self, timeout: float | None) -> TrainingStatusLockTimeout:
         return TrainingStatusLockTimeout(
@@ -698,10 +884,10 @@ class StatusStore:
         timeout = self._lock_timeout
         if timeout is None:
             deadline = None
-            acquired = self._mutex.acquire()
+            acquired = _interrupts.acquire(self._mutex, None)
         else:
             deadline = (time.monotonic() if start is None else start) + timeout
-            acquired = self._mutex.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            acquired = _interrupts.acquire(self._mutex, max(0.0, deadline - time.monotonic()))
         if not acquired:
             raise self._busy(timeout)
         if self._guard_depth == 0:
@@ -807,11 +993,13 @@ class StatusStore:
                 return category, key
         return None
 
-    def _pause(self, backoff: float, why: str | None) -> float:
-        """Sleep about ``backoff`` s (jittered) within the call's deadline; the next backoff."""
+    def _pause(self, backoff: float, why: str | None, deadline: float | None | bool = False) -> float:
+        """Sleep about ``backoff`` s (jittered) within ``deadline`` (default: the call's); the next backoff."""
         delay = random.uniform(backoff / 2, backoff)
-        if self._deadline is not None:
-            left = self._deadline - time.monotonic()
+        if deadline is False:
+            deadline = self._deadline
+        if deadline is not None:
+            left = deadline - time.monotonic()
             if left <= 0:
                 raise TrainingStatusConflictError(
                     f"Could not save {self._location}: other writers kept changing it for "
@@ -822,7 +1010,7 @@ class StatusStore:
                 )
             delay = min(delay, left)
         logger.debug("%s: %s; retrying in %.3f s", self._location, why or "stale transaction", delay)
-        time.sleep(delay)
+        _interrupts.sleep(delay)
         return min(2 * backoff, _LONGEST_BACKOFF)
 
     def _write_once(self) -> None:
@@ -860,7 +1048,8 @@ class StatusStore:
 
     def _after_fork_in_child(self) -> None:
         # Changes other threads had queued are theirs to write, in the parent.
-        self._queue = threading.Condition(threading.Lock())
+        self._queue = threading.Lock()
+        self._waiters = []
         self._open_batch = None
         self._writing = False
         if self._tx_depth:
@@ -868,6 +1057,14 @@ class StatusStore:
         else:
             self._mutex = threading.RLock()
             self._guard_depth = 0
+
+
+# run_transaction is one too: its with statement's end, on the way out of the body (a line of its
+# own frame), comes before __exit__ is called. What is held back in those frames is delivered by
+# the next wait or the end of the transaction's call.
+_interrupts.BOUNDARIES.update(
+    (_Transaction.__enter__.__code__, _Transaction.__exit__.__code__, StatusStore.run_transaction.__code__)
+)
 
 
 def _after_fork_in_child() -> None:

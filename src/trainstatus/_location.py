@@ -1,0 +1,69 @@
+"""Where a status document may live: the URL schemes trainstatus knows, and the refusal of others.
+
+A path is a URL when it starts with an RFC 3986 scheme followed by ``://`` (``gs://``, ``file://``,
+``HTTP://``). Only ``s3://`` is opened as one; any other would be taken for a local path and
+written under the current directory (``./gs:/bucket/...``), so it is refused before anything is
+read or created. ``://`` further down a path (``runs/a://b``) does not make it a URL, nor does a
+scheme-like start without ``//`` (``C:/x``, ``note:1``): only the start of a path names a scheme.
+
+``file://`` URLs are refused too, with the local path they name in the message: accepting them
+would mean deciding percent-decoding and host rules that a plain path never needs, for no gain.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+
+from ._errors import TrainingStatusValueError
+
+__all__ = ["SUPPORTED", "check_location", "file_url_advice", "url_scheme"]
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+SUPPORTED = "s3://bucket/key URLs and local paths"
+
+
+def url_scheme(path: str) -> str | None:
+    """The scheme ``path`` starts with, as written (``"gs"`` for ``gs://b/k``), or None."""
+    match = _SCHEME.match(path)
+    return None if match is None else match.group(1)
+
+
+def file_url_advice(url: str) -> str:
+    """What to give instead of the ``file://`` URL ``url``: the local path it names, if any."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        return (
+            f"it names a file on the host {parts.netloc!r}, which trainstatus cannot reach; mount "
+            "that filesystem here and give the local path"
+        )
+    if not parts.path:
+        return "give the local path of the file instead"
+    # Non-UTF-8 escapes decode as os.fsdecode would decode those bytes in a path.
+    local = urllib.parse.unquote(parts.path, errors="surrogateescape")
+    return f"give the local path it names instead: {local!r}"
+
+
+def check_location(path: str | bytes) -> None:
+    """Refuse a ``scheme://`` URL trainstatus cannot open; accept ``s3://`` and local paths.
+
+    Raises ``TrainingStatusValueError`` (``path`` set) naming the scheme, what is supported and
+    what to do. Nothing is read or created, so it can run before anything else touches ``path``.
+    """
+    text = os.fsdecode(path) if isinstance(path, bytes) else path
+    scheme = url_scheme(text)
+    if scheme is None or scheme.lower() == "s3":
+        return
+    if scheme.lower() == "file":
+        advice = file_url_advice(text)
+    else:
+        advice = (
+            f"copy the file to a local path or an s3:// bucket, or, for a local directory named "
+            f"'{scheme}:', write './{text}'"
+        )
+    raise TrainingStatusValueError(
+        f"Cannot open {text!r}: {scheme}:// URLs are not supported; trainstatus opens {SUPPORTED}. "
+        f"Nothing was read or created; {advice}.",
+        path=text,
+    )

@@ -1,0 +1,93 @@
+"""Edges a user hits in the first hour: keywords, closing twice, options from a config, run folder gone."""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainstatus import GlobalTrainingStatus, StatusStore, TrainingStatusTypeError
+
+
+def test_get_takes_default_as_a_keyword_and_the_store_takes_path_as_one(tmp_path: Path) -> None:
+    store = StatusStore(path=tmp_path / "status.json")
+    assert store.get("wall", "lesson_num", default=0) == 0
+    store.set("wall", "lesson_num", 2)
+    assert store.get("wall", "lesson_num", default=0) == 2
+
+
+def test_close_twice_is_harmless(tmp_path: Path) -> None:
+    with StatusStore(tmp_path / "status.json") as store:
+        store.set("b", "n", 1)
+        store.close()
+    store.close()
+    GlobalTrainingStatus._configure(path=str(tmp_path / "g" / "training_status.json"))
+    try:
+        GlobalTrainingStatus.store().close()
+    finally:
+        GlobalTrainingStatus.reset()
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("durable", "no"), ("resume", "false"), ("strict", 1), ("allow_downgrade", "True"),
+    ("lock_timeout", "5"), ("lock_timeout", True), ("metadata", ["torch", "2.1"]), ("lock", 3),
+    ("storage_options", "endpoint"),
+])
+def test_an_option_of_the_wrong_type_is_refused_naming_it(tmp_path: Path, option: str, value: object) -> None:
+    path = tmp_path / "status.json"
+    with pytest.raises(TrainingStatusTypeError) as info:
+        StatusStore(path, **{option: value})  # type: ignore[arg-type]
+    message = str(info.value)
+    assert f"{option}=" in message and repr(value) in message and str(path) in message
+    assert not path.exists() and not Path(str(path) + ".lock").exists()
+
+
+def test_a_string_option_says_config_values_arrive_as_strings(tmp_path: Path) -> None:
+    with pytest.raises(TrainingStatusTypeError, match="config file arrive as strings"):
+        StatusStore(tmp_path / "status.json", durable="no")  # type: ignore[arg-type]
+
+
+def test_bytes_and_pathlike_paths_work_as_open_takes_them(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    StatusStore(os.fsencode(path)).set("b", "n", 1)
+    assert StatusStore(path).get("b", "n") == 1
+    with pytest.raises(TrainingStatusTypeError, match="path must be a str, bytes or os.PathLike"):
+        StatusStore(42)  # type: ignore[arg-type]
+
+
+def test_an_enum_with_a_non_str_value_is_named_in_the_error(tmp_path: Path) -> None:
+    class Team(enum.Enum):
+        BLUE = 1
+
+    store = StatusStore(tmp_path / "status.json")
+    with pytest.raises(TrainingStatusTypeError, match=r"Team\.BLUE.*the value 1 \(int\)"):
+        store.set(Team.BLUE, "elo", 1200.0)
+
+
+def test_a_running_store_recreates_its_deleted_run_folder(tmp_path: Path) -> None:
+    run_logs = tmp_path / "results" / "run1" / "run_logs"
+    store = StatusStore(run_logs / "training_status.json")
+    store.set("b", "n", 1)
+    shutil.rmtree(tmp_path / "results")
+    store.set("b", "n", 2)
+    document = json.loads((run_logs / "training_status.json").read_bytes())
+    assert document["b"]["n"] == 2
+
+
+def test_a_file_naming_a_key_twice_warns_and_keeps_its_bytes_before_a_write_drops_one(tmp_path: Path) -> None:
+    from trainstatus import TrainingStatusCorruptWarning
+
+    path = tmp_path / "status.json"
+    original = b'{"wall": {"lesson_num": 1, "lesson_num": 3}, "metadata": {"stats_format_version": "0.3.0"}}'
+    path.write_bytes(original)
+    with pytest.warns(TrainingStatusCorruptWarning, match=r"wall/lesson_num appears 2 times") as record:
+        store = StatusStore(path)
+    kept = record[0].message.moved_to  # type: ignore[union-attr]
+    assert kept is not None and Path(kept).read_bytes() == original
+    assert store.get("wall", "lesson_num") == 3
+    store.set("wall", "other", 1)
+    assert Path(kept).read_bytes() == original

@@ -1,0 +1,500 @@
+"""Ctrl-C at any point of a store's call leaves nothing held, and memory agreeing with the file.
+
+The deterministic tests run one operation once per *injection point*: the n-th event of the main
+thread while the operation runs, counting every function entry and line (``sys.settrace``) and
+every return from a C function (``sys.setprofile``). Those are the points where CPython runs a
+signal handler (function entry, loops, after a call into C); lines are a superset. At point n the
+SIGINT handler installed at that moment is run with the frame executing there, exactly as CPython
+runs it when a signal arrives: the default handler raises ``KeyboardInterrupt``, the store's own
+holds it back for later. Every point is enumerated, not sampled, until the operation runs through
+without reaching the next one. The lines of this file's own operations are not points (their
+calls are): the line event of a with statement's end comes before the call of ``__exit__``, where
+CPython has no check point, and an exception raised there would skip ``__exit__`` in any with
+statement at all.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus import StatusStore, TrainingStatusCorruptWarning
+from trainstatus import _interrupts, _locking, _storage
+
+
+
+def _run_interrupted_at(point: int, operation: Callable[[], Any]) -> tuple[bool, int]:
+    """Run ``operation``, handling a SIGINT at its ``point``-th event: (interrupted?, events seen)."""
+    seen = 0
+    fired = False
+
+    def inject(frame: Any) -> None:
+        nonlocal fired
+        fired = True
+        handler = signal.getsignal(signal.SIGINT)
+        assert callable(handler)
+        handler(signal.SIGINT, frame)
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal seen
+        if event == "call" or (event == "line" and frame.f_code.co_filename != __file__):
+            if fired or frame.f_code is _HARNESS:
+                return tracer
+            seen += 1
+            if seen == point:
+                inject(frame)
+        return tracer
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        nonlocal seen
+        if event == "c_return" and not fired and frame.f_code is not _HARNESS:
+            seen += 1
+            if seen == point:
+                inject(frame)
+
+    sys.setprofile(profiler)
+    sys.settrace(tracer)
+    try:
+        operation()
+    except KeyboardInterrupt:
+        return True, seen
+    finally:
+        sys.settrace(None)
+        sys.setprofile(None)
+    return False, seen
+
+
+_HARNESS = _run_interrupted_at.__code__  # its own lines and calls (settrace) are not points
+
+
+def _free_in_another_thread(lock: Any) -> bool:
+    result: list[bool] = []
+
+    def take() -> None:
+        got = lock.acquire(timeout=2)
+        if got:
+            lock.release()
+        result.append(got)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join()
+    return result == [True]
+
+
+def _on_disk(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        document = json.loads(f.read())
+    document.pop("metadata", None)
+    return dict(document)
+
+
+def _in_memory(store: StatusStore) -> dict[str, Any]:
+    document = store.to_dict()
+    document.pop("metadata")
+    return document
+
+
+def _assert_nothing_held(store: StatusStore, path: Path) -> None:
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    state = _interrupts.state
+    assert (state.depth, state.users, state.pending, state.waiting) == (0, 0, [], False)
+    assert _free_in_another_thread(store._mutex), "the store's mutex is still held"
+    assert store._writing is False and store._open_batch is None and store._waiters == []
+    assert store._pending == {} and store._tx_depth == 0 and store._tx_owner is None
+    assert _free_in_another_thread(_storage._closer._cond), "the background closer's lock is still held"
+    path_lock = _locking.lock_for(str(path) + ".lock")
+    assert path_lock._depth == 0 and path_lock._owner is None
+    assert _free_in_another_thread(path_lock._mutex)
+    if os.path.exists(str(path) + ".lock"):
+        fd = os.open(str(path) + ".lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if a hold leaked
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _open_fds() -> int:
+    gc.collect()  # descriptors of earlier tests' objects close when those are collected
+    _storage._closer.wait()
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _enumerate(tmp_path: Path, operation: Callable[[StatusStore], Any], *, prepare: Callable[[StatusStore], Any] | None = None,
+               limit: int = 20_000) -> tuple[int, int]:
+    """Interrupt ``operation`` at every point; check the invariants after each. (points, interrupted)."""
+    interrupted = 0
+    other = StatusStore(tmp_path / "other" / "status.json", durable=False, lock_timeout=2)
+    other.set("o", "n", 0)
+    baseline: int | None = None
+    point = 0
+    while point < limit:
+        point += 1
+        path = tmp_path / f"run{point % 2}" / "status.json"
+        store = StatusStore(path, durable=False, lock_timeout=2)
+        store.clear()
+        store.set("b", "n", 1)
+        store.set("b", "keep", [1, 2, 3])
+        if prepare is not None:
+            prepare(store)
+        before, disk_before = _in_memory(store), _on_disk(path)
+        was_interrupted, seen = _run_interrupted_at(point, lambda: operation(store))
+        interrupted += was_interrupted
+        try:
+            _assert_nothing_held(store, path)
+        except AssertionError as exc:
+            raise AssertionError(f"after an interrupt at point {point} (of {seen}): {exc}") from exc
+        after, disk_after = _in_memory(store), _on_disk(path)
+        # Either none of the change (memory and file as they were) or all of it, in both.
+        expected = _expected(operation, tmp_path, before, prepare)
+        untouched = (after, disk_after) == (before, disk_before)
+        assert untouched or after == disk_after == expected, (
+            f"after an interrupt at point {point}: memory {after}, file {disk_after}, expected {expected}")
+        if not was_interrupted:
+            assert after == disk_after == expected
+        if operation is _close:
+            if store._closed:  # then the next calls go to a store opened again
+                store = StatusStore(path, durable=False, lock_timeout=2)
+            else:
+                assert was_interrupted
+        # The next calls work, on this store and on another.
+        store.set("b", "next", point)
+        other.set("o", "n", point)
+        assert _on_disk(path)["b"]["next"] == point
+        store.close()
+        store = None  # type: ignore[assignment]
+        descriptors = _open_fds()
+        if baseline is None or descriptors < baseline:
+            baseline = descriptors
+        assert descriptors == baseline, f"a descriptor leaked after an interrupt at point {point}"
+        if seen < point:  # ran through without reaching this point: every point was tried
+            assert not was_interrupted
+            return point - 1, interrupted
+    raise AssertionError(f"more than {limit} points")
+
+
+_expected_cache: dict[Any, dict[str, Any]] = {}
+
+
+def _expected(operation: Callable[[StatusStore], Any], tmp_path: Path, before: dict[str, Any],
+              prepare: Callable[[StatusStore], Any] | None) -> dict[str, Any]:
+    """The document after ``operation`` ran uninterrupted from the same starting point."""
+    key = operation
+    if key not in _expected_cache:
+        path = tmp_path / "reference" / "status.json"
+        with StatusStore(path, durable=False) as store:
+            store.clear()
+            store.set("b", "n", 1)
+            store.set("b", "keep", [1, 2, 3])
+            if prepare is not None:
+                prepare(store)
+            assert _in_memory(store) == before
+            operation(store)
+            _expected_cache[key] = _in_memory(store)
+    return _expected_cache[key]
+
+
+def _set(store: StatusStore) -> None:
+    store.set("b", "n", 2)
+
+
+def _increment(store: StatusStore) -> None:
+    with store.transaction():
+        store.set("b", "n", store.get("b", "n") + 1)
+        store.set("c", "new", "yes")
+
+
+def _run_increment(store: StatusStore) -> None:
+    store.run_transaction(lambda s: s.set("b", "n", s.get("b", "n") + 1))
+
+
+def _delete(store: StatusStore) -> None:
+    store.delete("b", "keep")
+
+
+def _clear(store: StatusStore) -> None:
+    store.clear()
+
+
+def _save(store: StatusStore) -> None:
+    store.save()
+
+
+def _close(store: StatusStore) -> None:
+    store.close()
+
+
+def _another_process_wrote(store: StatusStore) -> None:
+    with StatusStore(store.path, durable=False) as writer:
+        writer.set("b", "elsewhere", True)
+
+
+def _set_after_another_wrote(store: StatusStore) -> None:
+    store.set("b", "n", 5)
+
+
+OPERATIONS = {
+    "set": (_set, None),
+    "set merging another writer's change": (_set_after_another_wrote, _another_process_wrote),
+    "transaction": (_increment, None),
+    "run_transaction": (_run_increment, None),
+    "delete": (_delete, None),
+    "clear": (_clear, None),
+    "save": (_save, None),
+    "close": (_close, None),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATIONS))
+def test_an_interrupt_at_any_point_leaves_nothing_held_and_memory_matching_the_file(tmp_path: Path, name: str, reliability: Any) -> None:
+    operation, prepare = OPERATIONS[name]
+    points, interrupted = _enumerate(tmp_path, operation, prepare=prepare)
+    assert points > 100 and interrupted > 0
+    reliability.add("interrupt_points", points, source="test_interrupts.py")
+
+
+def test_an_interrupt_while_opening_a_damaged_file_leaves_nothing_held(tmp_path: Path) -> None:
+    """Opening keeps a damaged file aside under the lock: interrupted anywhere, the bytes keep a name."""
+    path = tmp_path / "status.json"
+    damaged = b'{"b": {"n": 1}, "metadata": {"stats_format_version": "0.3.0"'  # cut short
+    point = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainingStatusCorruptWarning)
+        while True:
+            point += 1
+            path.write_bytes(damaged)
+            for leftover in tmp_path.glob("status.json.corrupt-*"):
+                leftover.unlink()
+            opened: list[StatusStore] = []
+            interrupted, seen = _run_interrupted_at(point, lambda: opened.append(StatusStore(path, durable=False)))
+            copies = list(tmp_path.glob("status.json.corrupt-*"))
+            # The damaged bytes always have a name: the file itself, or the copy kept aside.
+            assert (path.exists() and path.read_bytes() == damaged) or [c.read_bytes() for c in copies] == [damaged], point
+            store = opened[0] if opened else StatusStore(path, durable=False)
+            _assert_nothing_held(store, path)
+            store.set("b", "after", point)
+            store.close()
+            if seen < point:
+                break
+    assert point > 100
+
+
+def _hold_lock_in_subprocess(lock_file: Path, seconds: float) -> subprocess.Popen[bytes]:
+    script = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(lock_file)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "sys.stdout.write('held\\n'); sys.stdout.flush()\n"
+        f"time.sleep({seconds})\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"held\n"
+    return child
+
+
+def _sigint_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_stops_a_set_waiting_for_another_processs_lock_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, lock_timeout=30)
+    store.set("b", "n", 1)
+    child = _hold_lock_in_subprocess(Path(str(path) + ".lock"), 30)
+    try:
+        _sigint_after(0.2)
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            store.set("b", "n", 2)
+        waited = time.monotonic() - started
+    finally:
+        child.kill()
+        child.communicate()
+    assert waited < 5, "the wait for the lock was not interrupted"
+    _assert_nothing_held(store, path)
+    assert store.get("b", "n") == 1 and _on_disk(path)["b"]["n"] == 1
+    store.set("b", "n", 3)
+    assert _on_disk(path)["b"]["n"] == 3
+
+
+def test_ctrl_c_stops_a_set_waiting_for_another_threads_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, lock_timeout=30)
+    store.set("b", "n", 1)
+    opened, finish = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store.transaction():
+            store.set("b", "other", 1)
+            opened.set()
+            finish.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    opened.wait(5)
+    _sigint_after(0.2)
+    with pytest.raises(KeyboardInterrupt):
+        store.set("b", "n", 2)
+    finish.set()
+    holder.join()
+    _assert_nothing_held(store, path)
+    assert _in_memory(store) == _on_disk(path) == {"b": {"n": 1, "other": 1}}
+
+
+def test_ctrl_c_of_a_set_queued_behind_another_threads_write_takes_its_change_back(tmp_path: Path) -> None:
+    """The main thread waits for a group write another thread leads; the write is held on an event."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, lock_timeout=30)
+    store.set("b", "n", 1)
+    real_replace = store._storage.replace
+    in_write, go_on = threading.Event(), threading.Event()
+
+    def held_replace(data: bytes) -> None:
+        if threading.current_thread() is not threading.main_thread() and not in_write.is_set():
+            in_write.set()
+            go_on.wait(30)
+        real_replace(data)
+
+    store._storage.replace = held_replace  # type: ignore[method-assign]
+    leader = threading.Thread(target=store.set, args=("b", "leader", 1))
+    leader.start()
+    in_write.wait(5)
+    _sigint_after(0.2)
+    with pytest.raises(KeyboardInterrupt):
+        store.set("b", "n", 2)  # queued behind the leader's write: the wait is interrupted
+    go_on.set()
+    leader.join()
+    _assert_nothing_held(store, path)
+    assert _in_memory(store) == _on_disk(path) == {"b": {"n": 1, "leader": 1}}
+    store.set("b", "n", 3)
+    assert _on_disk(path)["b"]["n"] == 3
+
+
+def test_a_set_whose_lock_timeout_runs_out_while_queued_is_never_written_later(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, lock_timeout=0.3)
+    store.set("b", "n", 1)
+    real_replace = store._storage.replace
+    in_write, go_on = threading.Event(), threading.Event()
+
+    def held_replace(data: bytes) -> None:
+        if not in_write.is_set():
+            in_write.set()
+            go_on.wait(30)
+        real_replace(data)
+
+    store._storage.replace = held_replace  # type: ignore[method-assign]
+    leader = threading.Thread(target=store.set, args=("b", "leader", 1))
+    leader.start()
+    in_write.wait(5)
+    errors: list[BaseException] = []
+
+    def queued() -> None:
+        try:
+            store.set("b", "late", 1)  # joins the next batch; its lock_timeout runs out there
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    waiter = threading.Thread(target=queued)
+    waiter.start()
+    waiter.join(5)
+    assert len(errors) == 1 and type(errors[0]).__name__ == "TrainingStatusLockTimeout"
+    go_on.set()
+    leader.join()
+    store.set("b", "after", 1)  # the next write must not carry the withdrawn change
+    assert "late" not in _on_disk(path)["b"] and store.get("b", "late") is None
+
+
+SOAK_CHILD = r"""
+import json, os, signal, sys, time
+from trainstatus import StatusStore
+
+path, seconds = sys.argv[1], float(sys.argv[2])
+armed = False
+ignored = 0
+
+def interrupt(signum, frame):
+    # Raises as the default handler does, but only inside the loop's try: it disarms itself, so
+    # a second SIGINT cannot land in the except clause that checks the store.
+    global armed, ignored
+    if not armed:
+        ignored += 1
+        return
+    armed = False
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGINT, interrupt)
+store = StatusStore(path, durable=False, lock_timeout=5)
+interrupts = mismatches = sets = 0
+value = 0
+end = time.monotonic() + seconds
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while time.monotonic() < end:
+    try:
+        armed = True
+        value += 1
+        if value % 3 == 0:
+            with store.transaction():
+                store.set("b", "n", store.get("b", "n", 0) + 1)
+                store.set("b", "v", value)
+        elif value % 7 == 0:
+            store.delete("b", "v")
+        else:
+            store.set("b", "v", value)
+        sets += 1
+    except KeyboardInterrupt:
+        interrupts += 1
+        with open(path, "rb") as f:
+            on_disk = json.loads(f.read())
+        on_disk.pop("metadata", None)
+        memory = store.to_dict()
+        memory.pop("metadata")
+        if memory != on_disk:
+            mismatches += 1
+    armed = False
+print(json.dumps({"interrupts": interrupts, "mismatches": mismatches, "sets": sets, "ignored": ignored}))
+"""
+
+
+def test_soak_sigint_at_random_moments_never_hangs_nor_leaves_memory_and_file_apart(tmp_path: Path, reliability: Any) -> None:
+    import random
+
+    path = tmp_path / "status.json"
+    seconds = 6.0
+    child = subprocess.Popen([sys.executable, "-c", SOAK_CHILD, str(path), str(seconds)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    sent = 0
+    deadline = time.monotonic() + seconds - 0.3
+    while time.monotonic() < deadline:
+        time.sleep(random.uniform(0.0005, 0.004))
+        child.send_signal(signal.SIGINT)
+        sent += 1
+    try:
+        out, _ = child.communicate(timeout=60)  # the watchdog: a hang fails here
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("the setting process hung after an interrupt")
+    assert child.returncode == 0, out
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["mismatches"] == 0
+    assert figures["interrupts"] >= 1000, figures
+    assert figures["sets"] > 0
+    reliability.add("interrupts_caught", figures["interrupts"], source="test_interrupts.py")
