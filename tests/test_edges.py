@@ -91,3 +91,52 @@ def test_a_file_naming_a_key_twice_warns_and_keeps_its_bytes_before_a_write_drop
     assert store.get("wall", "lesson_num") == 3
     store.set("wall", "other", 1)
     assert Path(kept).read_bytes() == original
+
+
+NOBODY = 65534
+OWNER_CANNOT_WRITE = r"""
+import os, sys
+from trainstatus import StatusStore, TrainingStatusWriteError
+path, mode = sys.argv[1], int(sys.argv[2], 8)
+store = StatusStore(path)
+store.set("b", "n", 1)
+os.chmod(path, mode)
+try:
+    store.set("b", "n", 2)
+except TrainingStatusWriteError as exc:
+    print(exc)
+os.chmod(path, 0o644)
+store.set("b", "n", 3)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="switches to another user (root and setpriv)")
+@pytest.mark.parametrize("mode", ["000", "044"])
+def test_a_status_file_its_owner_cannot_write_is_named_as_the_cause(mode: str) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    # Under /tmp itself: pytest's own tmp_path is not reachable by another user.
+    folder = tempfile.mkdtemp(prefix="trainstatus-mode-")
+    try:
+        os.chmod(folder, 0o755)
+        os.chown(folder, NOBODY, NOBODY)
+        path = os.path.join(folder, "status.json")
+
+        # setpriv rather than os.setuid in the child: the interpreter may live in root's home
+        # (pyenv), which the switched user could not execute otherwise.
+        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                   sys.executable, "-c", OWNER_CANNOT_WRITE, path, mode]
+        probe = subprocess.run(command[:4] + [sys.executable, "-c", "import trainstatus"], capture_output=True, timeout=60)
+        if probe.returncode != 0:
+            pytest.skip(f"this interpreter cannot run as uid {NOBODY} here: {probe.stderr[-200:]!r}")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        message = done.stdout
+        assert "the file's mode is" in message and f"({int(mode, 8):#o})" in message
+        assert f"chmod u+rw {path}" in message and "directory" not in message
+        assert json.loads(Path(path).read_bytes())["b"]["n"] == 3
+    finally:
+        shutil.rmtree(folder)

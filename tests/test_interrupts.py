@@ -357,11 +357,9 @@ def test_ctrl_c_stops_a_set_waiting_for_another_threads_transaction(tmp_path: Pa
     assert _in_memory(store) == _on_disk(path) == {"b": {"n": 1, "other": 1}}
 
 
-def test_ctrl_c_of_a_set_queued_behind_another_threads_write_takes_its_change_back(tmp_path: Path) -> None:
-    """The main thread waits for a group write another thread leads; the write is held on an event."""
-    path = tmp_path / "status.json"
-    store = StatusStore(path, lock_timeout=30)
-    store.set("b", "n", 1)
+def _leading_a_held_write(store: StatusStore) -> tuple[threading.Thread, threading.Event]:
+    """Another thread leads a group write (``b/leader``) that stays inside ``replace`` until the
+    returned event is set."""
     real_replace = store._storage.replace
     in_write, go_on = threading.Event(), threading.Event()
 
@@ -374,7 +372,16 @@ def test_ctrl_c_of_a_set_queued_behind_another_threads_write_takes_its_change_ba
     store._storage.replace = held_replace  # type: ignore[method-assign]
     leader = threading.Thread(target=store.set, args=("b", "leader", 1))
     leader.start()
-    in_write.wait(5)
+    assert in_write.wait(5)
+    return leader, go_on
+
+
+def test_ctrl_c_of_a_set_queued_behind_another_threads_write_takes_its_change_back(tmp_path: Path) -> None:
+    """The main thread waits for a group write another thread leads; the write is held on an event."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, lock_timeout=30)
+    store.set("b", "n", 1)
+    leader, go_on = _leading_a_held_write(store)
     _sigint_after(0.2)
     with pytest.raises(KeyboardInterrupt):
         store.set("b", "n", 2)  # queued behind the leader's write: the wait is interrupted
@@ -390,19 +397,7 @@ def test_a_set_whose_lock_timeout_runs_out_while_queued_is_never_written_later(t
     path = tmp_path / "status.json"
     store = StatusStore(path, lock_timeout=0.3)
     store.set("b", "n", 1)
-    real_replace = store._storage.replace
-    in_write, go_on = threading.Event(), threading.Event()
-
-    def held_replace(data: bytes) -> None:
-        if not in_write.is_set():
-            in_write.set()
-            go_on.wait(30)
-        real_replace(data)
-
-    store._storage.replace = held_replace  # type: ignore[method-assign]
-    leader = threading.Thread(target=store.set, args=("b", "leader", 1))
-    leader.start()
-    in_write.wait(5)
+    leader, go_on = _leading_a_held_write(store)
     errors: list[BaseException] = []
 
     def queued() -> None:

@@ -391,6 +391,17 @@ class LocalFile(Storage):
         except OSError as exc:
             if exc.errno == errno_codes.ENOENT and not os.path.isdir(self._directory):
                 self._directory_ready = False  # removed under us: recreated on the next write
+            if exc.errno in (errno_codes.EACCES, errno_codes.EPERM) and mode & 0o600 != 0o600:
+                # The new version keeps the file's mode; one its owner cannot read and write
+                # cannot be written (and pinned) by this non-root process.
+                raise TrainingStatusWriteError(
+                    f"Could not save {self.location}: the file's mode is {stat.filemode(mode)} "
+                    f"({mode & 0o7777:#o}), which does not let its owner read and write it, and a "
+                    "rewrite keeps the file's mode. The file was left as it was; give its owner "
+                    f"read and write (chmod u+rw {self.location}), then set the value again.",
+                    path=self.location,
+                    errno=exc.errno,
+                ) from exc
             raise self._write_error(exc, "writing it") from exc
         self._remember_written(fd, st)
         logger.debug("wrote %s (%d bytes)", self.location, len(data))
