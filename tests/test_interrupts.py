@@ -493,3 +493,65 @@ def test_soak_sigint_at_random_moments_never_hangs_nor_leaves_memory_and_file_ap
     assert figures["interrupts"] >= 1000, figures
     assert figures["sets"] > 0
     reliability.add("interrupts_caught", figures["interrupts"], source="test_interrupts.py")
+
+
+def test_a_signal_whose_handler_returns_leaves_the_wait_interruptible(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, lock_timeout=30)
+    store.set("b", "n", 1)
+    flags: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: flags.append(signum))
+    child = _hold_lock_in_subprocess(Path(str(path) + ".lock"), 30)
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        _sigint_after(0.5)
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            store.set("b", "n", 2)
+        waited = time.monotonic() - started
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        child.kill()
+        child.communicate()
+    assert flags == [signal.SIGUSR1] and waited < 5
+    _assert_nothing_held(store, path)
+
+
+def test_a_handler_chaining_to_the_one_it_found_inside_a_transaction_body_still_raises(tmp_path: Path) -> None:
+    """A library installing its handler in the body, calling the one it found (the store's)."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    calls: list[str] = []
+    with store.transaction():
+        found = signal.getsignal(signal.SIGINT)
+        assert callable(found)
+
+        def chained(signum: int, frame: Any) -> None:
+            calls.append("chained")
+            found(signum, frame)
+
+        signal.signal(signal.SIGINT, chained)
+        store.set("b", "n", 1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # no recursion: it ends in the default handler
+        store.set("b", "n", 2)  # the store installs over the chained handler and puts it back
+        assert signal.getsignal(signal.SIGINT) is chained
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert calls == ["chained", "chained"]
+    assert _on_disk(path) == {"b": {"n": 2}}
+
+
+def test_one_transaction_object_cannot_be_entered_twice(tmp_path: Path) -> None:
+    from trainstatus import TrainingStatusError
+
+    store = StatusStore(tmp_path / "status.json")
+    transaction = store.transaction()
+    with transaction:
+        with pytest.raises(TrainingStatusError, match="already open"):
+            transaction.__enter__()
+        store.set("b", "n", 1)
+    assert _on_disk(tmp_path / "status.json") == {"b": {"n": 1}}

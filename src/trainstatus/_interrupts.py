@@ -36,7 +36,7 @@ from types import CodeType, FrameType
 from typing import Any, ParamSpec, TypeVar
 
 __all__ = ["BOUNDARIES", "acquire", "deliver", "enter", "hold", "interruptible", "leave", "protected",
-           "sleep", "state", "unhold"]
+           "reinstall", "sleep", "state", "unhold"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -51,7 +51,11 @@ class _State:
         self.depth = 0  # nested calls of a store in progress: signals are held back
         self.users = 0  # calls and open transactions that need ``_handler`` installed
         self.waiting = False  # blocked in ``acquire``/``wait``/``sleep``: a signal goes through
-        self.originals: dict[int, Callable[[int, FrameType | None], Any]] = {}  # what _handler replaced
+        # What _handler replaced, per signal, oldest first: kept after the handlers are put back,
+        # so that a copy of _handler a caller saved and restores, or a handler that chains to it
+        # (calls the handler it found), still reaches the one before.
+        self.originals: dict[int, list[Callable[[int, FrameType | None], Any]]] = {}
+        self.running: dict[int, int] = {}  # nesting of _handler per signal (a chain calling back)
         self.pending: list[tuple[int, FrameType | None]] = []
         self.forking_on_main = False
 
@@ -63,16 +67,39 @@ BOUNDARIES: set[CodeType] = set()
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     if state.waiting or (state.depth == 0 and (frame is None or frame.f_code not in BOUNDARIES)):
-        state.waiting = False  # one signal per wait: the cleanup that follows is held back again
-        _run(signum, frame)
+        waiting, state.waiting = state.waiting, False  # what the raise unwinds is held back again
+        level = state.running.get(signum, 0)
+        state.running[signum] = level + 1
+        current = _signal.getsignal(signum)
+        chain = state.originals.get(signum)
+        # Not installed, but called: by the handler that replaced us, which chains to what it
+        # found. That one has run already; stand for the one before it.
+        skip = 1 if current is not _handler and chain and chain[-1] is current else 0
+        try:
+            _original(signum, level + skip)(signum, frame)
+        finally:
+            state.running[signum] = level
+        state.waiting = waiting  # the handler returned (it set a flag): the wait goes on
     else:
         state.pending.append((signum, frame))
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    pass
+
+
+def _original(signum: int, level: int = 0) -> Callable[[int, FrameType | None], Any]:
+    """The handler _handler stands for; ``level`` > 0 when a chained handler called back."""
+    chain = state.originals.get(signum, [])
+    if level < len(chain):
+        return chain[-1 - level]
+    return signal.default_int_handler if signum == signal.SIGINT else _ignore
 
 
 def _run(signum: int, frame: FrameType | None) -> None:
     handler = _signal.getsignal(signum)
     if handler is _handler:
-        handler = state.originals.get(signum)
+        handler = _original(signum)
     if callable(handler):
         handler(signum, frame)
 
@@ -87,18 +114,19 @@ def _install() -> None:
     for signum in _CATCHABLE:
         current = _signal.getsignal(signum)
         if current is not _handler and callable(current):
-            state.originals[signum] = current
+            chain = state.originals.setdefault(signum, [])
+            if not chain or chain[-1] is not current:
+                chain.append(current)
             try:
                 _signal.signal(signum, _handler)
             except (ValueError, OSError):  # not the main interpreter: nothing to hold back
-                del state.originals[signum]
+                chain.pop()
 
 
 def _uninstall() -> None:
-    for signum in list(state.originals):
-        if _signal.getsignal(signum) is _handler:
-            _signal.signal(signum, state.originals[signum])
-        del state.originals[signum]
+    for signum, chain in state.originals.items():
+        if chain and _signal.getsignal(signum) is _handler:
+            _signal.signal(signum, chain[-1])
 
 
 def deliver() -> None:
@@ -146,6 +174,11 @@ def protected(function: Callable[_P, _T]) -> Callable[_P, _T]:
             if main:
                 leave()
     return call
+
+
+def reinstall() -> None:
+    """Put ``_handler`` back where a transaction's body installed its own (main thread only)."""
+    _install()
 
 
 def hold() -> None:
@@ -229,4 +262,4 @@ if hasattr(os, "register_at_fork"):
 
 # Their frames move the protocol from one state to another: a signal there waits for the end of
 # the call (``enter`` runs before the call's depth counts it, ``leave`` after).
-BOUNDARIES.update(f.__code__ for f in (enter, leave, _install, _uninstall))
+BOUNDARIES.update(f.__code__ for f in (enter, leave, reinstall, _install, _uninstall))

@@ -260,6 +260,9 @@ class S3Object(Storage):
                 f"Could not save {self.location}: {what}. {outcome}; {todo}.",
                 path=self.location,
             ) from exc
+        except BaseException:  # interrupted (Ctrl-C): the write may or may not have landed
+            self.forget()
+            raise
         self._etag, self._last = answer["ETag"], None
         logger.debug("wrote %s (%d bytes)", self.location, len(data))
 

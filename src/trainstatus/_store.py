@@ -209,17 +209,25 @@ class _Transaction:
     The body runs with signals going through at once: it is the caller's code.
     """
 
-    __slots__ = ("main", "outer", "savepoint", "stack", "start", "store")
+    __slots__ = ("main", "opened", "outer", "savepoint", "stack", "start", "store")
 
     def __init__(self, store: StatusStore, start: float | None = None) -> None:
         self.store = store
         self.start = start
         self.main = False
+        self.opened = False
         self.outer = False
         self.savepoint: tuple[dict[tuple[str, str], Entry | None], bool, bool] = ({}, False, False)
         self.stack = contextlib.ExitStack()
 
     def __enter__(self) -> StatusStore:
+        if self.opened:
+            raise TrainingStatusError(
+                f"This transaction on {self.store.path} is already open; call store.transaction() "
+                "again for a nested one.",
+                path=self.store.path,
+            )
+        self.opened = True
         main = self.main = _interrupts.enter()
         try:
             self.store._begin(self)
