@@ -36,7 +36,7 @@ from types import CodeType, FrameType
 from typing import Any, ParamSpec, TypeVar
 
 __all__ = ["BOUNDARIES", "acquire", "deliver", "enter", "hold", "interruptible", "leave", "protected",
-           "reinstall", "sleep", "state", "unhold"]
+           "sleep", "state", "unhold"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -176,11 +176,6 @@ def protected(function: Callable[_P, _T]) -> Callable[_P, _T]:
     return call
 
 
-def reinstall() -> None:
-    """Put ``_handler`` back where a transaction's body installed its own (main thread only)."""
-    _install()
-
-
 def hold() -> None:
     """Keep ``_handler`` installed after this call ends (a transaction's body; main thread only)."""
     state.users += 1
@@ -262,4 +257,4 @@ if hasattr(os, "register_at_fork"):
 
 # Their frames move the protocol from one state to another: a signal there waits for the end of
 # the call (``enter`` runs before the call's depth counts it, ``leave`` after).
-BOUNDARIES.update(f.__code__ for f in (enter, leave, reinstall, _install, _uninstall))
+BOUNDARIES.update(f.__code__ for f in (enter, leave, _install, _uninstall))

@@ -34,7 +34,6 @@ import enum
 import logging
 import os
 import random
-import sys
 import threading
 import time
 import weakref
