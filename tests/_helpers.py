@@ -118,7 +118,10 @@ print("released", flush=True)
 # flock (if the filesystem shares one at all) is not visible here.
 _REMOTE_HOLDER = """
 import os, sys, filelock
-lease = filelock.SoftFileLease(sys.argv[1] + ".softlock", thread_local=False, lease_duration=float(sys.argv[2]))
+from trainstatus import _names
+folder, name = os.path.split(sys.argv[1])
+lease = filelock.SoftFileLease(os.path.join(folder, _names.lease_name(name)), thread_local=False,
+                               lease_duration=float(sys.argv[2]))
 lease.acquire()
 print(os.getpid(), flush=True)
 sys.stdin.readline()

@@ -21,7 +21,7 @@ import pytest
 from _helpers import read_fresh
 from pyfakefs.fake_filesystem_unittest import Patcher
 
-from trainstatus import StatusStore, TrainingStatusWriteError, _atomic
+from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _names
 
 STEPS = ("open_temp", "write_all", "set_mode", "sync_file", "replace", "sync_directory")
 BEFORE_RENAME = STEPS[:-1]
@@ -477,7 +477,7 @@ def test_each_step_sees_the_right_temp_file(tmp_path: Path, monkeypatch: pytest.
     assert seen["target"] == str(path)
     assert os.path.dirname(temp["path"]) == str(tmp_path)
     assert not os.path.exists(temp["path"])
-    assert _atomic.temp_pattern("status.json").fullmatch(os.path.basename(temp["path"]))
+    assert _names.temp_pattern("status.json").fullmatch(os.path.basename(temp["path"]))
 
 
 # -- the temp file cannot be redirected -----------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from _helpers import lock_held_by_another_process, read_fresh
 
-from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _storage
+from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _names, _storage
 from trainstatus._storage import LocalFile, Memory, Storage
 
 STAMP = r"\d{8}T\d{6}\.\d{6}Z"
@@ -547,7 +547,7 @@ def test_leftovers_of_missing_directory(tmp_path: Path) -> None:
 def test_temp_pattern_matches_the_names_open_temp_makes(tmp_path: Path) -> None:
     fd, temp = _atomic.open_temp(str(tmp_path), "status.json")
     os.close(fd)
-    assert _atomic.temp_pattern("status.json").fullmatch(os.path.basename(temp))
+    assert _names.temp_pattern("status.json").fullmatch(os.path.basename(temp))
     assert local(tmp_path / "status.json").leftovers() == [temp]
 
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import secrets
 import stat
+
+from . import _names
 
 __all__ = [
     "ReplacedNotSynced",
@@ -35,13 +36,10 @@ __all__ = [
     "set_owner",
     "sync_directory",
     "sync_file",
-    "temp_pattern",
     "write_all",
     "write_atomic",
 ]
 
-_TEMP_MARK = ".trainstatus-"
-_TEMP_SUFFIX = ".tmp"
 _PIN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
@@ -54,11 +52,6 @@ class ReplacedNotSynced(Exception):
         self.cause = cause
         self.fd = fd
         self.st = st
-
-
-def temp_pattern(name: str) -> re.Pattern[str]:
-    """The names this library gives temp files for target ``name``, and no others."""
-    return re.compile(re.escape(f".{name}{_TEMP_MARK}") + r"[0-9a-f]{16}" + re.escape(_TEMP_SUFFIX))
 
 
 def ensure_directory(directory: str, *, durable: bool) -> None:
@@ -79,7 +72,7 @@ def ensure_directory(directory: str, *, durable: bool) -> None:
 def open_temp(directory: str, name: str) -> tuple[int, str]:
     """Create a new, empty temp file beside the target; (fd, path)."""
     for _ in range(100):
-        temp = os.path.join(directory, f".{name}{_TEMP_MARK}{secrets.token_hex(8)}{_TEMP_SUFFIX}")
+        temp = os.path.join(directory, _names.temp_name(name, secrets.token_hex(8)))
         try:
             return os.open(temp, _OPEN_FLAGS, 0o600), temp
         except FileExistsError:

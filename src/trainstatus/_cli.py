@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ._atomic import temp_pattern
+from . import _names
 from ._codec import decode, parse_document
 from ._errors import (
     TrainingStatusError,
@@ -72,7 +72,6 @@ EXIT_ERROR = 2  # check: corrupt or unreadable; every other command: an error
 DEFAULT_LOCK_TIMEOUT = 30.0
 
 _MISSING = object()
-_COPY_STAMP = r"\.corrupt-(\d{8}T\d{6}\.\d{6}Z)(?:-(\d+))?"
 _CMDLINE_MAX = 1000
 
 
@@ -553,7 +552,7 @@ def _runs(pid: int) -> bool:
 
 
 def _lock_timeout_message(exc: TrainingStatusLockTimeout, timeout: float) -> str:
-    lock_file = exc.lock_file or f"{exc.path}.lock"
+    lock_file = exc.lock_file or os.path.join(os.path.dirname(exc.path or ""), _names.lock_name(os.path.basename(exc.path or "")))
     try:
         holder = _describe_holders(_lock_holders(os.stat(lock_file)))
     except OSError:
@@ -588,7 +587,7 @@ class _Report:
 
 def _copies(directory: str, name: str) -> list[str]:
     """Names of the copies of ``name`` kept aside in ``directory``, newest first."""
-    pattern = re.compile(re.escape(name) + _COPY_STAMP)
+    pattern = _names.copy_pattern(name)
     found = []
     try:
         with os.scandir(directory) as it:
@@ -602,7 +601,7 @@ def _copies(directory: str, name: str) -> list[str]:
 
 
 def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
-    pattern = temp_pattern(name)
+    pattern = _names.temp_pattern(name)
     found = []
     try:
         with os.scandir(directory) as it:
@@ -650,7 +649,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             if not caught:
                 report("ok", f"format version {STATUS_FORMAT_VERSION}")
 
-    lock_file = os.path.join(directory, name) + ".lock"
+    lock_file = os.path.join(directory, _names.lock_name(name))
     state, detail = _lock_state(lock_file)
     if state == "held":
         report("info", f"a write or a transaction is in progress: the lock is held by {detail}")
@@ -658,7 +657,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         report("ok", f"the lock is free ({detail})")
     else:
         report("info", f"the lock state is unknown: {detail}")
-    lease = _soft_lease_state(os.path.join(directory, name) + ".softlock")
+    lease = _soft_lease_state(os.path.join(directory, _names.lease_name(name)))
     if lease is not None:
         level, finding = lease
         if level == "held":
@@ -736,7 +735,7 @@ def _resolve_copy(path: str, copy: str) -> tuple[str, str]:
     candidate = copy if os.sep in copy else os.path.join(directory, copy)
     copy_name = os.path.basename(candidate)
     copy_directory = os.path.realpath(os.path.dirname(os.path.abspath(candidate)))
-    if copy_directory != directory or not re.fullmatch(re.escape(name) + _COPY_STAMP, copy_name):
+    if copy_directory != directory or not _names.copy_pattern(name).fullmatch(copy_name):
         raise _Fail(
             f"{copy} is not a copy of {path} kept aside (expected {name}.corrupt-<time> in "
             f"{directory}); `{PROG} corrupt list {path}` lists them"

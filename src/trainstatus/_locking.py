@@ -166,10 +166,11 @@ class _HeldDescriptor:
 class PathLock:
     """Mutual exclusion for one status file across threads and processes; reentrant per thread.
 
-    ``lock_path`` is ``<file>.lock``; in ``"soft"`` mode the lease is ``<file>.softlock`` beside it.
+    ``lock_path`` is ``<file>.lock``; in ``"soft"`` mode the lease is ``lease_path``, by default
+    ``<file>.softlock`` beside it (``_names`` makes both names for a long file name).
     """
 
-    def __init__(self, lock_path: str, mode: str = "flock") -> None:
+    def __init__(self, lock_path: str, mode: str = "flock", lease_path: str | None = None) -> None:
         self.lock_path = lock_path
         self.mode = mode
         self._mutex = threading.RLock()
@@ -180,7 +181,7 @@ class PathLock:
         self.lease_path: str | None = None
         self._lease: filelock.SoftFileLease | None = None
         if mode == "soft":
-            self.lease_path = lock_path[: -len(".lock")] + ".softlock" if lock_path.endswith(".lock") else lock_path + ".soft"
+            self.lease_path = lease_path or (lock_path.removesuffix(".lock") + ".softlock")
             self._lease = filelock.SoftFileLease(
                 self.lease_path, thread_local=False, lease_duration=SOFT_LEASE_SECONDS
             )
@@ -330,15 +331,15 @@ _inherited: list[Any] = []  # objects from before a fork, kept alive in the chil
 generation = 0
 
 
-def lock_for(lock_path: str, mode: str = "flock") -> PathLock:
-    """The process-wide lock for ``lock_path`` (an absolute, resolved path)."""
+def lock_for(lock_path: str, mode: str = "flock", lease_path: str | None = None, *, target: str | None = None) -> PathLock:
+    """The process-wide lock for ``lock_path`` (an absolute, resolved path) of status file ``target``."""
     with _registry_mutex:
         lock = _registry.get(lock_path)
         if lock is None:
-            lock = _registry[lock_path] = PathLock(lock_path, mode)
+            lock = _registry[lock_path] = PathLock(lock_path, mode, lease_path)
         elif lock.mode != mode:
             raise ValueError(
-                f"{lock_path[: -len('.lock')]} is already open in this process with lock={lock.mode!r}; "
+                f"{target or lock_path.removesuffix('.lock')} is already open in this process with lock={lock.mode!r}; "
                 f"every store on one file must use the same lock mode, not lock={mode!r}"
             )
         return lock

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Iterator
 from typing import ContextManager
 
-from . import _atomic, _locking
+from . import _atomic, _locking, _names
 from ._errors import TrainingStatusReadError, TrainingStatusWriteError
 
 __all__ = ["Conflict", "LocalFile", "Memory", "Storage", "default_file_mode"]
@@ -236,7 +236,7 @@ class LocalFile(Storage):
         self._target = os.path.realpath(path)
         self._directory, self._name = os.path.split(self._target)
         self._durable = durable
-        self._temp_pattern = _atomic.temp_pattern(self._name)
+        self._temp_pattern = _names.temp_pattern(self._name)
         self._version: tuple[int, int, int, int] | None = None
         self._mode: int | None = None
         self._owner: tuple[int, int] | None = None
@@ -244,7 +244,7 @@ class LocalFile(Storage):
         weakref.finalize(self, self._pin.close)
         # Fetched now, so that a bad or conflicting lock= fails at open.
         self._lock_mode = lock
-        self._path_lock: _locking.PathLock | None = _locking.lock_for(self.lock_file, lock)
+        self._path_lock: _locking.PathLock | None = _locking.lock_for(self.lock_file, lock, self._lease_file(), target=self._target)
         self._lock_generation = _locking.generation
         self._directory_ready = False
 
@@ -254,7 +254,10 @@ class LocalFile(Storage):
 
     @property
     def lock_file(self) -> str:  # type: ignore[override]  # a read-only view of the base attribute
-        return self._target + ".lock"
+        return os.path.join(self._directory, _names.lock_name(self._name))
+
+    def _lease_file(self) -> str:
+        return os.path.join(self._directory, _names.lease_name(self._name))
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -298,11 +301,24 @@ class LocalFile(Storage):
         return b"".join(chunks)
 
     def _read_error(self, exc: OSError) -> TrainingStatusReadError:
+        if exc.errno == errno_codes.ENAMETOOLONG:
+            return TrainingStatusReadError(
+                f"Cannot read {self.location}: {exc.strerror or exc}. Nothing was changed: {self._too_long()}, "
+                "then open the store again.",
+                path=self.location,
+            )
         return TrainingStatusReadError(
             f"Cannot read {self.location}: {exc.strerror or exc}. The file was left as it is; fix "
             "its permissions or path and open the store again.",
             path=self.location,
         )
+
+    def _too_long(self) -> str:
+        size = len(os.fsencode(self._name))
+        if size > _names.NAME_MAX:
+            return (f"its name has {size} bytes and a file name can have at most {_names.NAME_MAX}, so "
+                    "give the status file a shorter name")
+        return "the path is longer than this system allows, so use a shorter path"
 
     def _remember(self, fd: int | None, st: os.stat_result | None) -> None:
         self._pin.set(fd)
@@ -340,7 +356,7 @@ class LocalFile(Storage):
 
     def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
         if self._lock_generation != _locking.generation or self._path_lock is None:
-            self._path_lock = _locking.lock_for(self.lock_file, self._lock_mode)
+            self._path_lock = _locking.lock_for(self.lock_file, self._lock_mode, self._lease_file(), target=self._target)
             self._lock_generation = _locking.generation
         self._ensure_directory()
         return self._hold(self._path_lock, timeout, configured)
@@ -413,6 +429,7 @@ class LocalFile(Storage):
             errno_codes.EROFS: "the filesystem is read-only; remount it writable or use another path",
             errno_codes.EACCES: "permission denied; fix the permissions of the directory",
             errno_codes.EPERM: "operation not permitted; fix the permissions of the directory",
+            errno_codes.ENAMETOOLONG: self._too_long(),
         }.get(exc.errno or 0, "check the disk and the path")
         if step == "syncing its directory":
             outcome = "The new content is in the file but may not survive a power loss"
@@ -433,7 +450,7 @@ class LocalFile(Storage):
         exclusively and synced.
         """
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        base = f"{self._target}.corrupt-{stamp}"
+        base = os.path.join(self._directory, _names.copy_stem(self._name) + _names.COPY_MARK + stamp)
         aside, n = base, 0
         while True:
             try:

@@ -1,0 +1,94 @@
+"""The names of the files a store keeps beside a status file: lock, lease, temp files, copies.
+
+A file name is at most 255 bytes on ext4, xfs, btrfs, tmpfs and NFS, so a status file named with
+222 to 255 bytes leaves no room for ``.lock`` or ``.{name}.trainstatus-<16 hex>.tmp``. One rule
+makes every such name: each kind of name reserves the longest suffix it can get, and when the
+status file's name does not fit beside it, the name is cut (at a character, never inside one) and
+``~`` plus 12 hex digits of a SHA-256 of the whole name are put in its place.
+
+The rule depends on the name alone, never on the filesystem (``pathconf``) or the time, because
+every process writing one file must arrive at the same lock file: two names for one lock would be
+no lock at all. The hash keeps two long names that share their first bytes apart. Names that fit
+are the plain ``<file>.lock`` and so on, which ML-Agents and ``filelock.FileLock`` users share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+__all__ = [
+    "COPY_MARK",
+    "NAME_MAX",
+    "copy_pattern",
+    "copy_stem",
+    "lease_name",
+    "lock_name",
+    "temp_name",
+    "temp_pattern",
+]
+
+NAME_MAX = 255  # bytes; the limit of every filesystem a status file is expected on
+
+_LOCK = ".lock"
+_LEASE = ".softlock"
+_TEMP_MARK = ".trainstatus-"
+_TEMP_RANDOM = 16  # hex digits
+_TEMP_SUFFIX = ".tmp"
+COPY_MARK = ".corrupt-"
+# .corrupt-20250101T120000.000000Z-<n>: n up to 9,999,999 copies kept aside in one microsecond.
+_COPY_RESERVE = len(COPY_MARK) + len("20250101T120000.000000Z") + len("-9999999")
+_DIGEST = 12  # hex digits after "~"
+
+
+def _stem(name: str, reserve: int) -> str:
+    """``name``, or its cut form when ``reserve`` more bytes would not fit in a file name."""
+    size = len(os.fsencode(name))
+    if size + reserve <= NAME_MAX:
+        return name
+    room = NAME_MAX - reserve - 1 - _DIGEST
+    kept: list[str] = []
+    for char in name:
+        room -= len(os.fsencode(char))
+        if room < 0:
+            break
+        kept.append(char)
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:_DIGEST]
+    return "".join(kept) + "~" + digest
+
+
+def lock_name(name: str) -> str:
+    """The lock file's name for status file ``name``: ``<name>.lock``."""
+    return _stem(name, len(_LOCK)) + _LOCK
+
+
+def lease_name(name: str) -> str:
+    """The soft lease's name for status file ``name``: ``<name>.softlock``."""
+    return _stem(name, len(_LEASE)) + _LEASE
+
+
+def temp_name(name: str, random_hex: str) -> str:
+    """A temp file's name: ``.<name>.trainstatus-<16 hex>.tmp``."""
+    return "." + _temp_stem(name) + _TEMP_MARK + random_hex + _TEMP_SUFFIX
+
+
+def _temp_stem(name: str) -> str:
+    return _stem(name, 1 + len(_TEMP_MARK) + _TEMP_RANDOM + len(_TEMP_SUFFIX))
+
+
+def temp_pattern(name: str) -> re.Pattern[str]:
+    """The names this library gives temp files for status file ``name``, and no others."""
+    return re.compile(
+        re.escape("." + _temp_stem(name) + _TEMP_MARK) + f"[0-9a-f]{{{_TEMP_RANDOM}}}" + re.escape(_TEMP_SUFFIX)
+    )
+
+
+def copy_stem(name: str) -> str:
+    """What a kept-aside copy's name starts with, before ``.corrupt-<UTC time>[-N]``."""
+    return _stem(name, _COPY_RESERVE)
+
+
+def copy_pattern(name: str) -> re.Pattern[str]:
+    """The names of copies of ``name`` kept aside; groups: the UTC time and the number N or None."""
+    return re.compile(re.escape(copy_stem(name) + COPY_MARK) + r"(\d{8}T\d{6}\.\d{6}Z)(?:-(\d+))?")
