@@ -8,7 +8,8 @@ block) this measures p50 and p99 latency of:
   floor          the same document orjson-serialized (OPT_INDENT_2, what the store writes) and
                  written by the bare durable protocol: temp file, write, fsync, rename, directory
                  fsync. No lock, no store: the physical reference.
-  set            StatusStore.set, durable (the default)
+  set            StatusStore.set, durable (the default; history=20 keeps each replaced version)
+  set h0         the same with history=0: what the history costs per set
   set (None)     the same list with every third reward None (ML-Agents writes None before a
                  checkpoint's first evaluation): a value whose JSON holds null, so the store must
                  tell a None from a NaN (orjson writes both as null)
@@ -80,6 +81,7 @@ BIG = ("Walker", "checkpoints")
 METHODS = {
     "floor": "floor: orjson + temp, write, fsync, rename, dir fsync",
     "set_small": "set, durable (small key)",
+    "set_h0_small": "set, durable, history=0 (small key)",
     "set_big": "set, durable (checkpoints list)",
     "set_none": "set, durable (checkpoints list, rewards None)",
     "set_nd_small": "set, durable=False (small key)",
@@ -181,6 +183,7 @@ class Bench:
 
         self.stores = {
             "set": self._store("set.json", base, durable=True),
+            "set_h0": self._store("set_h0.json", base, durable=True, history=0),
             "set_nd": self._store("set_nd.json", base, durable=False),
             "tx100": self._store("tx100.json", base, durable=True),
             "set_none": self._store("set_none.json", base, durable=True),
@@ -201,8 +204,8 @@ class Bench:
         self.mlagents_document = json.loads(on_disk)
         self.sqlite = self._sqlite(base)
 
-    def _store(self, name: str, base: dict[str, dict[str, Any]], *, durable: bool) -> StatusStore:
-        store = StatusStore(os.path.join(self.directory, name), durable=durable)
+    def _store(self, name: str, base: dict[str, dict[str, Any]], *, durable: bool, history: int | None = None) -> StatusStore:
+        store = StatusStore(os.path.join(self.directory, name), durable=durable, history=history)
         with store.transaction():
             for category, entries in base.items():
                 for key, value in entries.items():
@@ -246,6 +249,9 @@ class Bench:
         def set_big(i: int) -> None:
             store.set(*BIG, lists[i % 2])
 
+        def set_h0_small(i: int) -> None:
+            self.stores["set_h0"].set(*SMALL, i)
+
         def set_none(i: int) -> None:
             self.stores["set_none"].set(*BIG, self.none_lists[i % 2])
 
@@ -277,7 +283,7 @@ class Bench:
         def get_big(i: int) -> Any:
             return store.get(*BIG)
 
-        table = {f.__name__: f for f in (floor, set_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
+        table = {f.__name__: f for f in (floor, set_small, set_h0_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
                                          mlagents, sqlite_small, sqlite_big, get_small, get_big)}
         return {name: table[name] for name in METHODS}
 
@@ -375,6 +381,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         if size == "1KB":
             add("durable=False set / ML-Agents save", size, ratio(results, size, "set_nd_small", "mlagents"), 0.6,
                 True, "set_nd_small p50 / mlagents p50")
+        add("durable set, history=20 / history=0", size, ratio(results, size, "set_small", "set_h0_small"), 1.1,
+            True, "set_small p50 / set_h0_small p50 (what keeping the replaced version costs)")
         add("100-set transaction / one set", size, ratio(results, size, "tx100", "set_small"), 1.3, True,
             "tx100 p50 / set_small p50")
         if size == "32KB":

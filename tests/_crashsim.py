@@ -74,7 +74,8 @@ from typing import Any
 
 from _helpers import same
 
-from trainstatus import StatusStore, TrainingStatusCorruptWarning
+from trainstatus import StatusStore, TrainingStatusCorruptWarning, _names
+from trainstatus._load import Corrupt, load_document
 
 BLOCK = 512
 ALL_SUBSETS_UP_TO = 6  # blocks in one write; beyond that, prefixes and one-block holes only
@@ -729,6 +730,8 @@ LOST = "lost after set() returned"
 LEFTOVER = "temp file left after recovery"
 BYTES_LOST = "bytes that must survive are gone"
 MODE = "wrong permission bits"
+HISTORY_DAMAGED = "damaged version in the history"
+HISTORY_LOST = "replaced version missing from the history after set() returned"
 
 
 @dataclasses.dataclass
@@ -764,6 +767,7 @@ def judge(k: int, final_k: int, state: FsState, outcome: Outcome, old: Outcome, 
         for blob in must_survive + damaged_bytes:  # a damaged file is kept aside, byte for byte
             if blob not in present:
                 problems.append(f"{BYTES_LOST}: {blob!r:.80}")
+    problems += _judge_history(k, final_k, state, old_state, new_state, target)
     content, mode = state.content(target), state.mode(target)
     for reference in (new_state, old_state):
         if content is not None and content == reference.content(target):
@@ -772,6 +776,44 @@ def judge(k: int, final_k: int, state: FsState, outcome: Outcome, old: Outcome, 
                                 f"{'new' if reference is new_state else 'old'} file with mode {mode:#o}, "
                                 f"not {reference.mode(target):#o}")
             break
+    return problems
+
+
+def _history_of(state: FsState, target: str) -> dict[str, bytes]:
+    """The versions of ``target`` kept in its history in ``state``: name -> bytes."""
+    directory, name = os.path.split(target)
+    pattern = _names.history_pattern(name)
+    found = {}
+    for rel in state.entries:
+        if os.path.dirname(rel) == directory and pattern.fullmatch(os.path.basename(rel)):
+            content = state.content(rel)
+            if content is not None:
+                found[rel] = content
+    return found
+
+
+def _parses(data: bytes) -> bool:
+    try:
+        load_document(data)
+    except Corrupt:
+        return False
+    return True
+
+
+def _judge_history(k: int, final_k: int, state: FsState, old_state: FsState, new_state: FsState,
+                   target: str) -> list[str]:
+    """Every kept version is whole; once the call returned, the version it replaced is kept."""
+    problems = []
+    history = _history_of(state, target)
+    for rel, content in sorted(history.items()):
+        if not _parses(content):
+            problems.append(f"{HISTORY_DAMAGED}: {rel} holds {content!r:.80}")
+    old = old_state.content(target)
+    kept_after = _history_of(new_state, target)
+    # Only where the real call kept it (history on, the old file whole): then a power loss after
+    # the return must not lose it.
+    if k == final_k and old is not None and old in kept_after.values() and old not in history.values():
+        problems.append(f"{HISTORY_LOST}: {old!r:.80}")
     return problems
 
 

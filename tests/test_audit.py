@@ -145,9 +145,9 @@ def public_warning_classes() -> list[type[Warning]]:
     return [obj for obj in exported if isinstance(obj, type) and issubclass(obj, Warning)]
 
 
-def test_the_public_warning_classes_are_the_four_known_ones() -> None:
+def test_the_public_warning_classes_are_the_known_ones() -> None:
     names = sorted(cls.__name__ for cls in public_warning_classes())
-    assert names == ["TrainingStatusCorruptWarning", "TrainingStatusMissingWarning",
+    assert names == ["TrainingStatusCheckpointWarning", "TrainingStatusCorruptWarning", "TrainingStatusHistoryWarning", "TrainingStatusMissingWarning",
                      "TrainingStatusVersionWarning", "TrainingStatusWarning"]
 
 

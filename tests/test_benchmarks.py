@@ -65,7 +65,7 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
     assert report["benchmark"] == "write_overhead" and report["quick"] is True
     assert_machine(report["machine"])
     methods = report["methods"]
-    assert list(methods) == ["floor", "set_small", "set_big", "set_none", "set_nd_small", "set_nd_big", "tx100", "mlagents",
+    assert list(methods) == ["floor", "set_small", "set_h0_small", "set_big", "set_none", "set_nd_small", "set_nd_big", "tx100", "mlagents",
                              "sqlite_small", "sqlite_big", "get_small", "get_big"]
     assert report["small_key"] == "wall_height/lesson_num" and report["big_key"] == "Walker/checkpoints"
     assert list(report["results"]) == list(report["sizes"]) == ["1KB", "32KB"]
@@ -86,6 +86,7 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
     assert ("durable set / floor (big)", "32KB") in names
     assert ("durable=False set / ML-Agents save", "1KB") in names
     assert ("100-set transaction / one set", "32KB") in names
+    assert ("durable set, history=20 / history=0", "1KB") in names
     assert ("get p50 in us (big)", "32KB") in names
     for target in report["targets"]:
         assert isinstance(target["met"], bool)

@@ -11,6 +11,7 @@ rename, no directory fsync, writing in place, permission bits set after the rena
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -24,6 +25,8 @@ import pytest
 from _crashsim import (
     BYTES_LOST,
     DAMAGED,
+    HISTORY_DAMAGED,
+    HISTORY_LOST,
     LEFTOVER,
     LOST,
     MODE,
@@ -188,7 +191,8 @@ def test_durable_false_is_as_weak_as_documented(tmp_path: Path, reliability: Any
     assert not any(op.kind in ("fsync", "fdatasync", "dirsync") for op in report.ops)
     assert {LOST, DAMAGED} <= report.kinds(), report.summary()
     # The temp file's 0600 may also outlive its chmod (nothing synced the inode).
-    assert report.kinds() <= {LOST, DAMAGED, MODE}, report.summary()
+    # So may the history's newest version: its link is made durable by the same directory fsync.
+    assert report.kinds() <= {LOST, DAMAGED, MODE, HISTORY_LOST}, report.summary()
     reliability.add("broken_checked", report.states, source=SOURCE)
     reliability.add("broken_caught", len(report.violations), source=SOURCE)
     reliability.add("damaged_files", report.damaged, source=SOURCE)
@@ -320,6 +324,65 @@ def test_no_fsync_before_rename_is_caught_after_set_returned(tmp_path: Path) -> 
     at_end = [v for v in report.violations if v.k == final]
     assert any(v.problem.startswith(DAMAGED) for v in at_end), report.summary()
     assert any(v.state.content(NAME) == b"" for v in at_end)  # the empty file of ext4 lore
+
+
+# -- the history: kept versions are whole and, once set() returned, durable ----------------------
+
+
+def without_hard_links(base: Callable[[Path], Callable[[], None]], *, sync_copy: bool) -> Callable[[Path], Callable[[], None]]:
+    """``base``'s call on a filesystem that refuses hard links (the history copies the bytes);
+    ``sync_copy=False``: a broken copy that skips its fsync."""
+
+    def prepare(root: Path) -> Callable[[], None]:
+        call = base(root)
+
+        def no_links() -> None:
+            real_link, real_keep = os.link, _atomic.keep_previous
+
+            def refuse(*args: Any, **kwargs: Any) -> None:
+                raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+            def keep(target: str, kept: str, *, durable: bool) -> None:
+                real_keep(target, kept, durable=durable and sync_copy)
+
+            os.link = refuse  # type: ignore[assignment]
+            _atomic.keep_previous = keep  # type: ignore[assignment]
+            try:
+                call()
+            finally:
+                os.link = real_link
+                _atomic.keep_previous = real_keep  # type: ignore[assignment]
+
+        return no_links
+
+    return prepare
+
+
+@pytest.mark.parametrize("base", [overwrite, overwrite_large, merge_with_another_writer],
+                         ids=["overwrite", "overwrite-10-blocks", "merge"])
+def test_the_history_is_whole_and_durable_in_every_crash_state(tmp_path: Path, base: Callable[[Path], Callable[[], None]],
+                                                               reliability: Any) -> None:
+    report = _crashsim.check(Scenario(f"history ({base.__name__})", NAME, base), tmp_path)
+    kinds = [op.kind for op in report.ops]
+    assert kinds[kinds.index("rename") - 1] == "link", report.summary()  # kept just before the rename
+    assert report.violations == [], report.summary()
+    reliability.add("crash_states", report.states, source=SOURCE)
+
+
+def test_the_history_copied_where_hard_links_are_refused_is_whole_and_durable(tmp_path: Path, reliability: Any) -> None:
+    report = _crashsim.check(Scenario("history copied", NAME, without_hard_links(overwrite, sync_copy=True)), tmp_path)
+    kinds = [op.kind for op in report.ops]
+    # The new file first, then the copy of the old one (synced), renamed in, then the new renamed.
+    assert "link" not in kinds and kinds[4:9] == ["create", "write", "chmod", "fsync", "rename"], report.summary()
+    assert report.violations == [], report.summary()
+    reliability.add("crash_states", report.states, source=SOURCE)
+
+
+def test_checker_catches_a_history_copy_without_fsync(tmp_path: Path, reliability: Any) -> None:
+    report = _crashsim.check(Scenario("history copy not synced", NAME, without_hard_links(overwrite, sync_copy=False)), tmp_path)
+    assert HISTORY_DAMAGED in report.kinds(), report.summary()
+    reliability.add("broken_checked", report.states, source=SOURCE)
+    reliability.add("broken_caught", len(report.violations), source=SOURCE)
 
 
 # -- the recorder and the model themselves --------------------------------------------------------

@@ -12,10 +12,13 @@ import pytest
 
 import trainstatus
 from trainstatus import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
     TrainingStatusError,
     TrainingStatusConflictError,
+    TrainingStatusHistoryWarning,
     TrainingStatusLockTimeout,
     TrainingStatusMissingWarning,
     TrainingStatusReadError,
@@ -41,12 +44,15 @@ ERRORS = {
     TrainingStatusVersionError: (),
     TrainingStatusTypeError: (TypeError,),
     TrainingStatusValueError: (ValueError,),
+    TrainingStatusCheckpointError: (OSError,),
 }
 WARNINGS = (
     TrainingStatusWarning,
     TrainingStatusMissingWarning,
     TrainingStatusVersionWarning,
     TrainingStatusCorruptWarning,
+    TrainingStatusHistoryWarning,
+    TrainingStatusCheckpointWarning,
 )
 ALL_CLASSES = (*ERRORS, *WARNINGS)
 BUILTIN_BASES = (OSError, TimeoutError, TypeError, ValueError)

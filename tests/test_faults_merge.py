@@ -25,6 +25,7 @@ import errno
 import json
 import os
 import stat
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +40,7 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 from trainstatus import (
     StatusStore,
     TrainingStatusError,
+    TrainingStatusHistoryWarning,
     TrainingStatusLockTimeout,
     TrainingStatusReadError,
     TrainingStatusWriteError,
@@ -373,7 +375,9 @@ def test_fail_every_os_call_of_a_set_in_turn(tmp_path: Path, sweep: str, reliabi
             memory = store.to_dict()
             temps_before = temps(path.parent) if path.parent.is_dir() else []
             outcome: BaseException | None = None
-            with fault(root, lambda c, i, n=n: i == n, os_error(err)) as hook:
+            with warnings.catch_warnings(record=True) as caught, \
+                    fault(root, lambda c, i, n=n: i == n, os_error(err)) as hook:
+                warnings.simplefilter("always")
                 try:
                     call()
                 except BaseException as exc:  # noqa: BLE001 - judged below
@@ -383,6 +387,12 @@ def test_fail_every_os_call_of_a_set_in_turn(tmp_path: Path, sweep: str, reliabi
             injected_count += 1
             what = f"call {n} ({hook_name(root, n, setup)}) failing with {errno.errorcode[err]}"
             problems += [f"{what}: {p}" for p in check_after_fault(path, store, before, memory, outcome, hook.error, temps_before)]
+            # The one warning a fault may cause: the replaced version could not be kept in the
+            # history, and the write went on.
+            for warning in caught:
+                if not isinstance(warning.message, TrainingStatusHistoryWarning) or outcome is not None \
+                        or warning.message.path != str(path) or os.strerror(err) not in str(warning.message):
+                    problems.append(f"{what}: warned {warning.category.__name__}: {warning.message} (outcome {outcome!r})")
             try:
                 store.set("Walker", "after", n)
                 if read_fresh(path)["Walker"].get("after") != n or store.to_dict() != read_fresh(path):

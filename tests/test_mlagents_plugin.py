@@ -393,3 +393,61 @@ def test_the_mlagents_demo_resumes_where_mlagents_alone_loses_everything(mla_pyt
     assert lines[0] == "ML-Agents alone (save at exit), killed at lesson 4: resumed at lesson 0, checkpoints []"
     assert lines[1].startswith("with trainstatus installed,      killed at lesson 4: resumed at lesson ")
     assert lines[2] == "trainstatus resumed exactly"
+
+
+# -- ML-Agents' checkpoint manager: the list is written before old files are removed ---------------
+
+KILLED_WHILE_REMOVING = r"""
+import os, sys
+from mlagents.trainers.policy.checkpoint_manager import ModelCheckpoint, ModelCheckpointManager
+original = ModelCheckpointManager.__dict__["add_checkpoint"]
+from trainstatus import GlobalTrainingStatus
+from trainstatus import _mlagents_plugin
+_mlagents_plugin.trainer_types()  # routes the status (and the checkpoint manager)
+if sys.argv[3] == "original":
+    ModelCheckpointManager.add_checkpoint = original  # ML-Agents' order: remove, then record
+status, folder = sys.argv[1], sys.argv[2]
+GlobalTrainingStatus.start_fresh(status, overwrite=True)
+for step in (1, 2, 3):
+    files = [os.path.join(folder, f"Walker-{step}.{ext}") for ext in ("onnx", "pt")]
+    for path in files:
+        with open(path, "wb") as f:
+            f.write(b"model")
+    if step == 3:
+        real_remove = os.remove
+        os.remove = lambda path: (real_remove(path), os._exit(9))  # killed once one old file is gone
+    ModelCheckpointManager.add_checkpoint("Walker", ModelCheckpoint(step, files[0], 1.0, float(step), files[1:]), 2)
+"""
+
+
+@pytest.mark.parametrize("order", ["routed", "original"])
+def test_a_kill_while_mlagents_removes_old_checkpoints_never_lists_a_missing_file(
+        mla_python: Path, tmp_path: Path, order: str) -> None:
+    status = tmp_path / "run_logs" / "training_status.json"
+    status.parent.mkdir()
+    child = subprocess.run([str(mla_python), "-c", KILLED_WHILE_REMOVING, str(status), str(tmp_path), order],
+                           capture_output=True, text=True, env=env_with(), timeout=120)
+    assert child.returncode == 9, child.stderr
+    listed = json.loads(status.read_text())["Walker"]["checkpoints"]
+    missing = [p for c in listed for p in [c["file_path"], *c["auxillary_file_paths"]] if not os.path.exists(p)]
+    if order == "original":
+        # ML-Agents' own order: the first file of the oldest checkpoint is gone, and still listed.
+        assert [c["steps"] for c in listed] == [1, 2] and missing == [str(tmp_path / "Walker-1.onnx")]
+    else:
+        assert [c["steps"] for c in listed] == [2, 3] and missing == []
+        assert (tmp_path / "Walker-1.pt").exists()  # an extra file on disk, named by no list
+
+
+def test_the_reordered_add_checkpoint_matches_the_installed_mlagents_source(mla_python: Path) -> None:
+    # The plugin re-states ML-Agents' add_checkpoint and _cleanup_extra_checkpoints with the
+    # removal moved after the write: the steps it re-states must still be ML-Agents'.
+    source = (_mlagents_env.site_packages() / "mlagents/trainers/policy/checkpoint_manager.py").read_text()
+    for line in ("new_checkpoint_dict = attr.asdict(new_checkpoint)",
+                 "checkpoints = cls.get_checkpoints(behavior_name)",
+                 "checkpoints.append(new_checkpoint_dict)",
+                 "cls._cleanup_extra_checkpoints(checkpoints, keep_checkpoints)",
+                 "while len(checkpoints) > keep_checkpoints:",
+                 "if keep_checkpoints <= 0 or len(checkpoints) == 0:",
+                 "ModelCheckpointManager.remove_checkpoint(checkpoints.pop(0))",
+                 "behavior_name, StatusType.CHECKPOINTS, checkpoints"):
+        assert line in source, line

@@ -71,6 +71,7 @@ def test_every_name_fits_is_never_cut_inside_a_character_and_is_the_same_each_ti
         "temp": (_names.temp_name(name, "f" * 16), "." + name + ".trainstatus-" + "f" * 16 + ".tmp",
                  ".trainstatus-" + "f" * 16 + ".tmp"),
         "copy": (_names.copy_stem(name) + tail, name + tail, tail),
+        "history": (_names.history_name(name, 10**12 - 1), "." + name + ".history-" + "9" * 12, ".history-" + "9" * 12),
     }
     for kind, (made_name, plain, suffix) in made.items():
         encoded = made_name.encode("utf-8")  # strict: a character cut in two would not encode
@@ -85,6 +86,7 @@ def test_every_name_fits_is_never_cut_inside_a_character_and_is_the_same_each_ti
         assert len((made_name + name[len(kept)]).encode()) > _names.NAME_MAX, (kind, "cut more than needed")
     assert _names.lock_name(name) == made["lock"][0] and _names.temp_pattern(name).fullmatch(made["temp"][0])
     assert _names.copy_pattern(name).fullmatch(made["copy"][0])
+    assert _names.history_pattern(name).fullmatch(made["history"][0])
 
 
 def test_two_long_names_that_differ_only_at_the_end_get_different_names() -> None:
@@ -118,7 +120,10 @@ def test_a_store_writes_merges_and_locks_a_file_with_a_long_name(tmp_path: Path,
     assert json.loads(path.read_bytes())["Walker"]["lesson"] == 2
     lock = tmp_path / _names.lock_name(path.name)
     assert lock.exists() and all(n <= _names.NAME_MAX for n in sizes_of(tmp_path).values())
-    assert sorted(os.listdir(tmp_path)) == sorted([path.name, lock.name])  # no temp file left
+    history = _names.history_pattern(path.name)
+    kept = sorted(n for n in os.listdir(tmp_path) if history.fullmatch(n))
+    assert kept == [_names.history_name(path.name, n) for n in (1, 2)]  # the versions replaced
+    assert sorted(set(os.listdir(tmp_path)) - set(kept)) == sorted([path.name, lock.name])  # no temp file left
 
 
 @pytest.mark.parametrize("size", [222, 250, 255])

@@ -14,14 +14,18 @@ import trainstatus
 
 EXPECTED_ALL = [
     "STATUS_FORMAT_VERSION",
+    "CheckpointList",
     "GlobalTrainingStatus",
     "StatusMetaData",
     "StatusStore",
     "StatusType",
+    "TrainingStatusCheckpointError",
+    "TrainingStatusCheckpointWarning",
     "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
     "TrainingStatusError",
+    "TrainingStatusHistoryWarning",
     "TrainingStatusLockTimeout",
     "TrainingStatusMissingWarning",
     "TrainingStatusReadError",

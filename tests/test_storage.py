@@ -624,8 +624,9 @@ def test_symlinked_status_file_is_followed(tmp_path: Path, monkeypatch: pytest.M
 
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert temp_dirs == [str(shared), str(shared)]
-    assert os.listdir(run) == ["status.json"]  # no temp, lock or other file beside the link
-    assert sorted(os.listdir(shared)) == ["status.json", "status.json.lock"]
+    assert os.listdir(run) == ["status.json"]  # no temp, lock, history or other file beside the link
+    assert sorted(os.listdir(shared)) == [".status.json.history-00000001", ".status.json.history-00000002",
+                                          "status.json", "status.json.lock"]
     assert read_fresh(target)["Walker"] == {"lesson": 2, "steps": 3}
 
 

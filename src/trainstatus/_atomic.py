@@ -23,6 +23,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Callable
 
 from . import _names
 
@@ -30,6 +31,7 @@ __all__ = [
     "ReplacedNotSynced",
     "discard_temp",
     "ensure_directory",
+    "keep_previous",
     "open_temp",
     "replace",
     "set_mode",
@@ -78,6 +80,42 @@ def open_temp(directory: str, name: str) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "could not find a free temp file name", directory)
+
+
+# The errors of a filesystem (or a directory's quota of links) that has no hard link to give.
+NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS})
+
+
+def keep_previous(target: str, kept: str, *, durable: bool) -> None:
+    """Give the version about to be replaced a second name, ``kept`` (the store's history).
+
+    Called before the rename, with the lock held. The link's directory entry is made durable by
+    the directory fsync after the rename (same directory). Without hard links the bytes are
+    copied to a temp file, synced when ``durable``, and renamed to ``kept``, so that a crash
+    never leaves a kept version half-written.
+    """
+    try:
+        os.link(target, kept, follow_symlinks=False)
+        return
+    except OSError as exc:
+        if exc.errno not in NO_HARD_LINKS:
+            raise
+    with open(target, "rb") as f:
+        data = f.read()
+        mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+    directory, name = os.path.split(target)
+    fd, temp = open_temp(directory, name)
+    try:
+        write_all(fd, data)
+        os.fchmod(fd, mode)
+        if durable:
+            os.fsync(fd)
+        written, fd = fd, -1
+        os.close(written)
+        os.replace(temp, kept)  # the lock is held: nobody else is taking this number
+    except BaseException:
+        discard_temp(fd, temp)
+        raise
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -133,7 +171,8 @@ def discard_temp(fd: int, temp: str) -> None:
 
 
 def write_atomic(
-    target: str, data: bytes, *, durable: bool, mode: int, owner: tuple[int, int] | None = None
+    target: str, data: bytes, *, durable: bool, mode: int, owner: tuple[int, int] | None = None,
+    before_replace: Callable[[], None] | None = None,
 ) -> tuple[int, os.stat_result]:
     """Replace ``target`` with ``data``; return a read-only fd on the new file and its stat.
 
@@ -141,6 +180,10 @@ def write_atomic(
     so its number cannot be reused by a later file, which keeps (inode, size, mtime) a reliable
     sign of whether anyone replaced the file since. It is read-only so that no stray write to it
     can ever change the file in place.
+
+    ``before_replace`` runs once the new file is complete, just before the rename: the store keeps
+    the version about to be replaced there (``keep_previous``), so that a write failing earlier
+    leaves no trace in the history.
 
     Raises the ``OSError`` of the failing step, with the target untouched and no temp file left;
     or ``ReplacedNotSynced`` when only the final directory sync failed.
@@ -161,6 +204,8 @@ def write_atomic(
         # then the target must still be untouched.
         written, fd = fd, -1
         os.close(written)
+        if before_replace is not None:
+            before_replace()
         replace(temp, target)
     except BaseException:
         if pin >= 0:

@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import _names
+from . import _checkpoints, _history, _names
 from ._codec import decode, parse_document
 from ._errors import (
     TrainingStatusError,
@@ -59,7 +59,7 @@ from ._location import file_url_advice, url_scheme
 from ._locking import LOCK_MODES, SOFT_LEASE_SECONDS
 from ._s3 import is_s3_url
 from ._storage import LocalFile
-from ._store import StatusStore
+from ._store import DEFAULT_HISTORY, StatusStore
 from ._version import __version__
 
 __all__ = ["main"]
@@ -334,8 +334,12 @@ def _python_number(word: str) -> str | None:
 
 
 def _open_store(args: argparse.Namespace) -> StatusStore:
+    # Keep every version there is: this command does not know the history= of the trainers
+    # writing the file, and must not prune what one of them keeps.
+    directory, name = _target(args.path)
+    history = max(DEFAULT_HISTORY, len(_history.versions(directory, name)) + 1)
     return StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock,
-                       allow_downgrade=args.allow_downgrade)
+                       allow_downgrade=args.allow_downgrade, history=history)
 
 
 def _newer_format(exc: TrainingStatusVersionError, args: argparse.Namespace) -> _Fail:
@@ -617,7 +621,23 @@ def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
     return sorted(found)
 
 
+def _check_files(report: _Report, document: Document, root: str | None) -> None:
+    """``check --files``: every file a checkpoint entry lists must exist (a warning each if not)."""
+    categories = {c: {k: decode(e) for k, e in entries.items()} for c, entries in document.categories.items()}
+    listed = sum(len(paths) for _, _, paths in _checkpoints._listed(categories))
+    where = f"under {root}" if root is not None else "under the current directory"
+    missing = _checkpoints.missing_files(categories, root)
+    for category, key, file_path in missing:
+        report("warning", f"{_where(category, key)} lists {file_path}, which does not exist ({where}); "
+                          f"a resume from it fails: remove the entry (CheckpointList.prune_missing()) or "
+                          f"put the file back")
+    if not missing:
+        report("ok", f"every checkpoint file listed exists ({_plural(listed, 'file')}, {where})")
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
+    if args.root is not None and not args.files:
+        raise _Fail("--root is where --files looks for relative checkpoint paths: pass --files too")
     path = args.path
     report = _Report()
     directory, name = _target(path)
@@ -648,6 +668,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
                                f"{', '.join(_label(name) for name in document.skipped)}")
             if not caught:
                 report("ok", f"format version {STATUS_FORMAT_VERSION}")
+            if args.files:
+                _check_files(report, document, args.root)
 
     lock_file = os.path.join(directory, _names.lock_name(name))
     state, detail = _lock_state(lock_file)
@@ -681,6 +703,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
         report("info", f"{_plural(len(copies), 'copy', 'copies')} kept aside "
                        f"(damaged, or replaced by a restore), newest {os.path.join(shown, copies[0])}; "
                        f"see `{PROG} corrupt list`")
+    try:
+        versions = _history.versions(directory, name)
+    except OSError:  # an unreadable directory: the findings above say so already
+        versions = []
+    if versions:
+        report("info", f"{_plural(len(versions), 'earlier version')} kept in the history "
+                       f"(numbers {versions[0].sequence} to {versions[-1].sequence}); see `{PROG} history`")
 
     if unreadable:
         verdict = "unreadable"
@@ -940,12 +969,22 @@ version and metadata, whether the lock (or a soft lock's lease: holder, host, ag
 now, temp files or leases left by a killed writer, copies kept aside. Nothing is moved, created or
 locked for longer than an instant.
 
+--files also checks that every checkpoint file listed (checkpoints lists and final_checkpoint
+entries, main and auxiliary files) exists, under --root DIR for relative paths.
+
 exit status: 0 sound, 1 warnings, 2 corrupt, unreadable, or a name given more than once.
 
-example:
+examples:
   trainstatus check results/run1/run_logs/training_status.json
+  trainstatus check --files results/run1/run_logs/training_status.json
 """)
     check.add_argument("path", metavar="PATH", help="the status file")
+    check.add_argument("--files", action="store_true",
+                       help="also check that every file a checkpoints list or final_checkpoint names "
+                            "exists (a warning for each missing one)")
+    check.add_argument("--root", metavar="DIR",
+                       help="with --files: the directory relative file paths are under (default: the "
+                            "current directory, as mlagents-learn resolves them)")
 
     corrupt = command("corrupt", _no_subcommand, "list or restore copies kept aside", """\
 a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and
@@ -977,6 +1016,10 @@ example:
     restore.add_argument("path", metavar="PATH", help="the status file")
     restore.add_argument("copy", metavar="COPY",
                          help="the copy, as `corrupt list` prints it or by its name alone")
+
+    from . import _cli_history  # it imports this module's helpers: imported once this one is loaded
+
+    _cli_history.register(command, locking)
     return parser
 
 

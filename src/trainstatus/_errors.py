@@ -18,10 +18,13 @@ import warnings
 from typing import Any
 
 __all__ = [
+    "TrainingStatusCheckpointError",
+    "TrainingStatusCheckpointWarning",
     "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
     "TrainingStatusError",
+    "TrainingStatusHistoryWarning",
     "TrainingStatusLockTimeout",
     "TrainingStatusMissingWarning",
     "TrainingStatusReadError",
@@ -156,6 +159,28 @@ class TrainingStatusValueError(TrainingStatusError, ValueError):
     """A value that cannot be stored faithfully, or a reserved name. Nothing was written."""
 
 
+class TrainingStatusCheckpointError(TrainingStatusError, OSError):
+    """A checkpoint file given to ``CheckpointList.add`` or ``set_final`` is missing, is not a
+    regular file, or could not be synced to disk. Nothing was recorded and no file was removed.
+
+    ``file_path`` is the file as given; ``errno`` is the underlying error's (``ENOENT`` for a
+    missing file), which is the ``__cause__`` when there is one.
+    """
+
+    def __init__(self, message: str, *, file_path: str | None = None, errno: int | None = None,
+                 **context: Any) -> None:
+        OSError.__init__(self, message)
+        self.errno = errno
+        self.file_path = file_path
+        self._set_context(context)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = self._context()
+        context["errno"] = self.errno
+        context["file_path"] = self.file_path
+        return (_rebuild, (type(self), str(self), context))
+
+
 class TrainingStatusWarning(_Context, UserWarning):
     """Base class of every warning trainstatus issues; filter them all with this class."""
 
@@ -176,7 +201,29 @@ class TrainingStatusVersionWarning(TrainingStatusWarning):
 
 
 class TrainingStatusCorruptWarning(TrainingStatusWarning):
-    """The status file was damaged; it was moved aside to ``moved_to`` and the store started empty."""
+    """The status file was damaged; it was moved aside to ``moved_to`` and the store started from
+    the newest intact version in its history, or empty when there was none."""
+
+
+class TrainingStatusHistoryWarning(TrainingStatusWarning):
+    """A version a write replaced could not be kept in the history; the write itself succeeded."""
+
+
+class TrainingStatusCheckpointWarning(TrainingStatusWarning):
+    """Checkpoints were skipped because their files are missing or failed the caller's check
+    (``CheckpointList.latest``, ``final``), or the files of dropped checkpoints could not be removed.
+
+    ``skipped`` lists ``(entry, reason)`` pairs, newest first for ``latest``.
+    """
+
+    def __init__(self, message: str, *, skipped: list[tuple[Any, str]] | None = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.skipped = list(skipped or [])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = self._context()
+        context["skipped"] = self.skipped
+        return (_rebuild, (type(self), str(self), context))
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -161,7 +161,70 @@ def _route() -> None:
     native.set_parameter_state = staticmethod(GlobalTrainingStatus.set_parameter_state)
     native.get_parameter_state = staticmethod(GlobalTrainingStatus.get_parameter_state)
     native.saved_state = SavedStateView()
+    _route_checkpoint_manager()
     setattr(native, _ROUTED, True)
+
+
+def _route_checkpoint_manager() -> None:
+    """Make ML-Agents' ``ModelCheckpointManager.add_checkpoint`` record before it deletes.
+
+    ML-Agents deletes the files of the checkpoints beyond ``keep_checkpoints`` and only then sets
+    the shortened list: a kill in between leaves a status naming files that are gone, which a
+    ``--resume`` then tries to load. The same steps in the safe order: the new checkpoint's files
+    are synced, the list (with the new one, without the dropped ones) is written through, and
+    only then are the dropped checkpoints' files removed. A kill in between leaves a file no list
+    names, never a listed file that is missing. Everything else is ML-Agents' own code.
+    """
+    import attr
+    from mlagents.trainers.policy.checkpoint_manager import ModelCheckpointManager
+    from mlagents.trainers.training_status import StatusType
+
+    def add_checkpoint(cls: Any, behavior_name: str, new_checkpoint: Any, keep_checkpoints: int) -> None:
+        new_checkpoint_dict = attr.asdict(new_checkpoint)
+        _sync_files([new_checkpoint_dict["file_path"], *new_checkpoint_dict["auxillary_file_paths"]])
+        checkpoints = cls.get_checkpoints(behavior_name)
+        checkpoints.append(new_checkpoint_dict)
+        dropped = []
+        while len(checkpoints) > keep_checkpoints:  # ML-Agents' _cleanup_extra_checkpoints, deferred
+            if keep_checkpoints <= 0 or len(checkpoints) == 0:
+                break
+            dropped.append(checkpoints.pop(0))
+        GlobalTrainingStatus.set_parameter_state(behavior_name, StatusType.CHECKPOINTS, checkpoints)
+        for checkpoint in dropped:
+            ModelCheckpointManager.remove_checkpoint(checkpoint)
+
+    ModelCheckpointManager.add_checkpoint = classmethod(add_checkpoint)
+
+
+def _sync_files(paths: list[str]) -> None:
+    """fsync each file that exists and its directory: a listed checkpoint survives a power loss.
+
+    ML-Agents writes them without fsync; a missing one is left to ML-Agents, as before.
+    """
+    directories = set()
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            _log().warning("trainstatus: could not sync checkpoint file %s: %s", path, exc)
+        finally:
+            os.close(fd)
+        directories.add(os.path.dirname(os.path.abspath(path)))
+    for directory in directories:
+        try:
+            fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass  # some filesystems refuse a directory fsync; the file itself is synced
+        finally:
+            os.close(fd)
 
 
 def _load_state(path: str) -> None:

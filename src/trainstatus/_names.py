@@ -23,6 +23,8 @@ __all__ = [
     "NAME_MAX",
     "copy_pattern",
     "copy_stem",
+    "history_name",
+    "history_pattern",
     "lease_name",
     "lock_name",
     "temp_name",
@@ -40,6 +42,9 @@ COPY_MARK = ".corrupt-"
 # .corrupt-20250101T120000.000000Z-<n>: n up to 9,999,999 copies kept aside in one microsecond.
 _COPY_RESERVE = len(COPY_MARK) + len("20250101T120000.000000Z") + len("-9999999")
 _DIGEST = 12  # hex digits after "~"
+_HISTORY_MARK = ".history-"
+_HISTORY_DIGITS = 8  # zero-padded, so that ls sorts them; more digits past 99,999,999 versions
+_HISTORY_RESERVE = 1 + len(_HISTORY_MARK) + 12
 
 
 def _stem(name: str, reserve: int) -> str:
@@ -92,3 +97,13 @@ def copy_stem(name: str) -> str:
 def copy_pattern(name: str) -> re.Pattern[str]:
     """The names of copies of ``name`` kept aside; groups: the UTC time and the number N or None."""
     return re.compile(re.escape(copy_stem(name) + COPY_MARK) + r"(\d{8}T\d{6}\.\d{6}Z)(?:-(\d+))?")
+
+
+def history_name(name: str, sequence: int) -> str:
+    """The name of version ``sequence`` of ``name`` kept in its history: ``.<name>.history-<8 digits>``."""
+    return f".{_stem(name, _HISTORY_RESERVE)}{_HISTORY_MARK}{sequence:0{_HISTORY_DIGITS}d}"
+
+
+def history_pattern(name: str) -> re.Pattern[str]:
+    """The names of versions of ``name`` kept in its history; group 1: the sequence number."""
+    return re.compile(re.escape(f".{_stem(name, _HISTORY_RESERVE)}{_HISTORY_MARK}") + f"(\\d{{{_HISTORY_DIGITS},}})")

@@ -17,11 +17,11 @@ import os
 import stat
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import ContextManager
 
-from . import _atomic, _locking, _names
-from ._errors import TrainingStatusReadError, TrainingStatusWriteError
+from . import _atomic, _history, _locking, _names
+from ._errors import TrainingStatusHistoryWarning, TrainingStatusReadError, TrainingStatusWriteError, warn
 
 __all__ = ["Conflict", "LocalFile", "Memory", "Storage", "default_file_mode"]
 
@@ -87,6 +87,10 @@ class Storage:
     def forget(self) -> None:
         """Forget the version last seen, so that ``changed()`` says yes until the next read."""
 
+    def history(self) -> list[_history.Version]:
+        """Earlier versions kept, oldest first ([] where none are kept)."""
+        return []
+
     def close(self) -> None:
         """Release what this object holds open."""
 
@@ -131,49 +135,70 @@ def default_file_mode() -> int:
 
 
 class _Closer:
-    """Closes the descriptors of replaced file versions on a background thread.
+    """Closes the descriptors of replaced file versions, and prunes histories, on a background thread.
 
     Closing the last descriptor of a replaced file frees its inode, which on ext4 costs 150 µs or
     more: about a seventh of a small durable write, half of a ``durable=False`` one (the bare
     protocol pays the same inside its rename). Those descriptors protect nothing once the new
-    version is pinned, so no caller needs to wait for that.
+    version is pinned, so no caller needs to wait for that. Removing a history's oldest versions
+    frees inodes the same way, and no write needs to wait for it either.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._queued: list[_locking.Descriptor] = []
-        self._closing = 0  # descriptors taken by the thread and not closed yet; guarded by _cond
+        self._jobs: dict[Hashable, Callable[[], None]] = {}  # one per key: a later one replaces it
+        self._busy = False  # the thread took work and has not finished it; guarded by _cond
         self._thread: threading.Thread | None = None
 
     def close(self, fds: list[_locking.Descriptor]) -> None:
         with self._cond:
             self._queued.extend(fds)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="trainstatus-closer", daemon=True)
-                self._thread.start()
-            self._cond.notify()
+            self._start()
+
+    def later(self, key: Hashable, job: Callable[[], None]) -> None:
+        """Run ``job`` on the thread soon; a job queued under the same ``key`` and not started yet
+        is replaced (pruning twice in a row does nothing more than once)."""
+        with self._cond:
+            self._jobs[key] = job
+            self._start()
+
+    def _start(self) -> None:  # with _cond held
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="trainstatus-closer", daemon=True)
+            self._thread.start()
+        self._cond.notify()
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queued:
+                while not self._queued and not self._jobs:
                     self._cond.wait()
                 batch, self._queued = self._queued, []
-                self._closing = len(batch)
-            _locking.close_all(batch)
-            with self._cond:
-                self._closing = 0
-                self._cond.notify_all()
+                jobs, self._jobs = list(self._jobs.values()), {}
+                self._busy = True
+            try:
+                _locking.close_all(batch)
+                for job in jobs:
+                    try:
+                        job()
+                    except OSError as exc:  # a history not pruned now is pruned after the next write
+                        logger.debug("background job failed: %s", exc)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
     def wait(self) -> None:
-        """Return once every descriptor queued so far is closed (for tests counting descriptors)."""
+        """Return once everything queued so far is done (for tests counting descriptors or files)."""
         with self._cond:
-            while self._queued or self._closing:
+            while self._queued or self._jobs or self._busy:
                 self._cond.wait()
 
     def after_fork_in_child(self) -> None:
         # Only the forking thread survives a fork: the closer is gone, and what it had taken is
-        # lost (a few descriptors, copies of the parent's). What was still queued is closed here.
+        # lost (a few descriptors, copies of the parent's; a prune the next write queues again).
+        # What was still queued is closed here.
         queued = self._queued
         self.__init__()  # type: ignore[misc]  # a fresh, unlocked state, as in a new process
         _locking.close_all(queued)
@@ -229,7 +254,7 @@ def _version(st: os.stat_result) -> tuple[int, int, int, int]:
 class LocalFile(Storage):
     """A JSON file on a local filesystem, locked with ``filelock`` on ``<file>.lock``."""
 
-    def __init__(self, path: str, *, durable: bool, lock: str = "flock") -> None:
+    def __init__(self, path: str, *, durable: bool, lock: str = "flock", history: int = 0) -> None:
         self.location = path
         # A status file that is a symlink is followed: the target is replaced in its own
         # directory and the link is kept, so a run folder may point at shared storage.
@@ -247,6 +272,10 @@ class LocalFile(Storage):
         self._path_lock: _locking.PathLock | None = _locking.lock_for(self.lock_file, lock, self._lease_file(), target=self._target)
         self._lock_generation = _locking.generation
         self._directory_ready = False
+        self._keep = history  # versions kept; 0: none
+        # The number the version now in the file gets in the history, and whether it is kept
+        # already; None: find out from the directory (after a read: another writer's version).
+        self._slot: tuple[int, bool] | None = None
 
     @property
     def target(self) -> str:
@@ -297,6 +326,7 @@ class LocalFile(Storage):
         except BaseException:
             os.close(fd)
             raise
+        self._slot = None
         self._remember(fd, st)
         return b"".join(chunks)
 
@@ -397,14 +427,27 @@ class LocalFile(Storage):
             owner = self._owner if self._owner != (os.geteuid(), os.getegid()) else None
         else:
             mode, owner = default_file_mode(), None
+        kept: list[int | None] = [None]  # the number the replaced version got in the history
+        made: list[str] = []  # the history name this write gave it, if it gave one
+
+        def keep() -> None:
+            kept[0] = self._keep_previous(made)
+
+        keeping = self._keep and self._version is not None
         try:
-            fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode, owner=owner)
+            fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode, owner=owner,
+                                          before_replace=keep if keeping else None)
         except _atomic.ReplacedNotSynced as exc:
+            self._written(kept[0])
             self._remember_written(exc.fd, exc.st)
             error = self._write_error(exc.cause, "syncing its directory")
             error._replaced = True  # type: ignore[attr-defined]  # tells the store the file changed
             raise error from exc.cause
         except OSError as exc:
+            for name in made:  # the rename failed: the file is still that version, kept twice
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
+                self._slot = None
             if exc.errno == errno_codes.ENOENT and not os.path.isdir(self._directory):
                 self._directory_ready = False  # removed under us: recreated on the next write
             if exc.errno in (errno_codes.EACCES, errno_codes.EPERM) and mode & 0o600 != 0o600:
@@ -419,8 +462,60 @@ class LocalFile(Storage):
                     errno=exc.errno,
                 ) from exc
             raise self._write_error(exc, "writing it") from exc
+        self._written(kept[0])
         self._remember_written(fd, st)
         logger.debug("wrote %s (%d bytes)", self.location, len(data))
+
+    def _keep_previous(self, made: list[str]) -> int | None:
+        """Keep the version about to be replaced in the history; its number, or None if not kept.
+
+        A failure here never fails the write: the new version matters more than an old one. The
+        name given is appended to ``made`` (not when the version was kept already).
+        """
+        assert self._version is not None
+        kept = self._directory
+        try:
+            for _ in range(2):
+                if self._slot is None:
+                    self._slot = _history.next_slot(self._directory, self._name, self._version[:2])
+                sequence, done = self._slot
+                if done:
+                    return sequence
+                kept = os.path.join(self._directory, _names.history_name(self._name, sequence))
+                try:
+                    _atomic.keep_previous(self._target, kept, durable=self._durable)
+                except FileExistsError:
+                    self._slot = None  # taken by a writer that did not tell us: look again
+                    continue
+                made.append(kept)
+                self._slot = (sequence, True)
+                return sequence
+        except FileNotFoundError:
+            return None  # removed meanwhile: nothing to keep
+        except OSError as exc:
+            self._slot = None
+            warn(TrainingStatusHistoryWarning(
+                f"Could not keep the version of {self.location} that this write replaces in its "
+                f"history ({kept}): {exc.strerror or exc}. The write goes on; that version is "
+                "not kept. Free some space or check the directory's permissions, or open the "
+                "store with history=0 to stop keeping versions.",
+                path=self.location,
+            ))
+        return None
+
+    def _written(self, kept: int | None) -> None:
+        """After a write replaced the file: the new version's slot; old versions pruned later."""
+        if not self._keep:
+            return
+        if kept is None:
+            self._slot = None
+            return
+        self._slot = (kept + 1, False)
+        if kept > self._keep:
+            _closer.later((self._directory, self._name), lambda: _history.prune(self._directory, self._name, self._keep))
+
+    def history(self) -> list[_history.Version]:
+        return _history.versions(self._directory, self._name)
 
     def _write_error(self, exc: OSError, step: str) -> TrainingStatusWriteError:
         what = {

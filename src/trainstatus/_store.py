@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import enum
 import logging
 import os
@@ -40,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from . import _interrupts, _locking
+from . import _history, _interrupts, _locking
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
 from ._errors import (
     TrainingStatusConflictError,
@@ -90,7 +91,8 @@ def _path_option(path: Any) -> str:
 
 
 _OPTION_TYPES = {bool: "True or False", str: "a str", Mapping: "a dict (a mapping) or None",
-                 float: "a number of seconds or None"}
+                 float: "a number of seconds or None", int: "a number of versions (an int) or None"}
+DEFAULT_HISTORY = 20  # versions kept beside a local file (a few KB each)
 
 
 def _check_option(name: str, value: Any, kind: type, location: str) -> None:
@@ -99,7 +101,7 @@ def _check_option(name: str, value: Any, kind: type, location: str) -> None:
         return
     if kind is bool and type(value) is bool:
         return
-    if kind is not bool and kind is not float and isinstance(value, kind):
+    if kind is not bool and kind is not float and isinstance(value, kind) and not (kind is int and type(value) is bool):
         return
     hint = ""
     if isinstance(value, str):
@@ -290,6 +292,11 @@ class StatusStore:
       aside and starting empty.
     - ``allow_downgrade``: let this version rewrite a file of a newer format (dropping its new
       format version); without it such a write raises ``TrainingStatusVersionError``.
+    - ``history``: how many earlier versions of a local file to keep beside it, as
+      ``.<file>.history-<n>`` (default 20; 0 keeps none). Each write keeps the version it
+      replaces (a hard link: no copy, no extra fsync). A damaged file, or a missing one when
+      resuming, is replaced by the newest intact version kept, with a warning saying which.
+      ``trainstatus history``, ``diff`` and ``restore`` work with them. Not on ``s3://``.
     - ``storage_options``: for an ``s3://bucket/key`` URL given as ``path`` (needs the ``s3``
       extra): ``endpoint_url``, ``key``, ``secret``, ``token``, ``region_name``, ``profile``,
       ``anon``, ``client_kwargs``, ``config_kwargs``, as s3fs names them. Without them boto3's usual
@@ -309,6 +316,7 @@ class StatusStore:
         metadata: Mapping[str, Any] | None = None,
         strict: bool = False,
         allow_downgrade: bool = False,
+        history: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         given = _path_option(path)
@@ -319,6 +327,10 @@ class StatusStore:
         _check_option("lock", lock, str, given)
         _check_option("metadata", metadata, Mapping, given)
         _check_option("storage_options", storage_options, Mapping, given)
+        if history is not None:
+            _check_option("history", history, int, given)
+            if history < 0:
+                raise ValueError(f"history must be a number of versions >= 0 (0: keep none), not {history!r}")
         if lock_timeout is not None and (type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float))):
             _check_option("lock_timeout", lock_timeout, float, given)
         check_location(given)
@@ -331,6 +343,11 @@ class StatusStore:
             )
         storage: Storage
         if isinstance(given, str) and is_s3_url(given):
+            if history:
+                raise ValueError(
+                    f"history={history} is kept for local files only; {given!r} is an s3:// object. "
+                    "Turn on versioning in the bucket to keep earlier versions, and leave history= out."
+                )
             storage = S3Object(given, storage_options)
         elif storage_options is not None:
             raise ValueError(
@@ -338,7 +355,8 @@ class StatusStore:
                 "Leave storage_options out, or give an s3://bucket/key URL."
             )
         else:
-            storage = LocalFile(os.path.abspath(given), durable=durable, lock=lock)
+            storage = LocalFile(os.path.abspath(given), durable=durable, lock=lock,
+                                history=DEFAULT_HISTORY if history is None else history)
         self._init(storage, resume=resume, lock_timeout=lock_timeout,
                    metadata=metadata, strict=strict, allow_downgrade=allow_downgrade)
 
@@ -664,6 +682,23 @@ class StatusStore:
                 # store last knew is the best state there is; the next write puts it back.
                 logger.debug("%s disappeared; keeping what this store knew", self._location)
                 return
+            if self._resume and self._storage.history():
+                if not locked:
+                    # Put a kept version back under the lock, after reading again: another
+                    # process may be doing the same, or may have written the file meanwhile.
+                    with self._storage.lock(self._lock_timeout, configured=self._lock_timeout):
+                        self._load(initial=True, locked=True)
+                    return
+                found = self._from_history()
+                if found is not None:
+                    restored = self._restore(found)
+                    warn(TrainingStatusMissingWarning(
+                        f"Resuming, but there is no status file at {self._location}: {restored} was "
+                        "put back in its place; changes written after that version are lost. "
+                        f"`trainstatus history {self._location}` lists the versions kept.",
+                        path=self._location,
+                    ))
+                    return
             if self._resume:
                 warn(TrainingStatusMissingWarning(
                     f"Resuming, but there is no status file at {self._location}: curriculum "
@@ -738,6 +773,18 @@ class StatusStore:
                 "move the file away by hand, then open the store again.",
                 path=self._location,
             ) from exc
+        found = self._from_history() if initial else None
+        if found is not None:
+            restored = self._restore(found)
+            warn(TrainingStatusCorruptWarning(
+                f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved}, and "
+                f"{restored} was put back in its place: changes written after that version are lost "
+                f"unless that copy still holds them. `trainstatus history {self._location}` lists "
+                "the versions kept.",
+                path=self._location,
+                moved_to=moved,
+            ))
+            return
         if initial:
             outcome = "the store starts empty"
         else:
@@ -751,6 +798,26 @@ class StatusStore:
         if initial:
             self._install(Document({}, None))
         # Otherwise keep _doc: the last good state this store knew beats an empty document.
+
+    def _from_history(self) -> tuple[_history.Version, Document, bytes] | None:
+        """The newest kept version that loads as a status document, with its document and bytes."""
+        for version in reversed(self._storage.history()):
+            try:
+                data = _history.read(version)
+                document = load_document(data)
+            except (OSError, Corrupt):
+                continue  # pruned meanwhile, or damaged too: an older one may do
+            return version, document, data
+        return None
+
+    def _restore(self, found: tuple[_history.Version, Document, bytes]) -> str:
+        """Put a kept version back in the file, byte for byte (lock held), and load it; what it was."""
+        version, document, data = found
+        self._storage.replace(data)
+        check_metadata(document.metadata, self._registered_metadata(), location=self._location)
+        self._install(document)
+        written = datetime.datetime.fromtimestamp(version.mtime_ns / 1e9, datetime.timezone.utc)
+        return f"version {version.sequence} from its history (written {written:%Y-%m-%d %H:%M:%S} UTC)"
 
     def _clean_leftovers_at_open(self) -> None:
         if not self._storage.leftovers():

@@ -1,0 +1,256 @@
+"""The command line's ``history``, ``diff`` and ``restore``: the versions a store keeps beside a file.
+
+Kept apart from ``_cli`` (the other commands) because it is one concern: reading the versions that
+``_history`` keeps, comparing two of them key by key, and putting one back. ``_cli`` registers
+these commands when it builds its parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from collections.abc import Callable
+
+from . import _history
+from ._cli import (
+    EXIT_OK,
+    PROG,
+    _Fail,
+    _json,
+    _label,
+    _plural,
+    _read_bytes,
+    _shown_directory,
+    _target,
+    _unreadable,
+)
+from ._codec import Entry, decode
+from ._load import Corrupt, Document, load_document
+from ._storage import LocalFile
+from ._store import DEFAULT_HISTORY
+
+__all__ = ["register"]
+
+EXIT_DIFFERENT = 1  # diff: the versions differ (as diff(1))
+_CURRENT = "current"
+
+
+def _versions(path: str) -> list[_history.Version]:
+    directory, name = _target(path)
+    return _history.versions(directory, name)
+
+
+def _written(mtime_ns: int) -> str:
+    moment = datetime.datetime.fromtimestamp(mtime_ns / 1e9, datetime.timezone.utc)
+    return f"{moment:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC"
+
+
+def _pick(path: str, which: str, versions: list[_history.Version]) -> tuple[str, bytes]:
+    """(label, bytes) of version ``which``: a number from ``history``, or ``current``."""
+    if which == _CURRENT:
+        try:
+            return _CURRENT, _read_bytes(path)
+        except OSError as exc:
+            raise _Fail(_unreadable(path, exc)) from None
+    try:
+        sequence = int(which)
+    except ValueError:
+        raise _Fail(f"{which!r} is not a version: give a number from `{PROG} history {path}`, or "
+                    f"{_CURRENT!r} for the file itself") from None
+    for version in versions:
+        if version.sequence == sequence:
+            try:
+                return f"version {sequence}", _history.read(version)
+            except OSError as exc:
+                raise _Fail(f"cannot read version {sequence} ({version.path}): {exc.strerror or exc}") from None
+    kept = f"versions {versions[0].sequence} to {versions[-1].sequence} are kept" if versions else "no versions are kept"
+    raise _Fail(f"{path} has no version {sequence} in its history ({kept}); `{PROG} history {path}` lists them")
+
+
+def _document(label: str, data: bytes) -> Document:
+    try:
+        return load_document(data)
+    except Corrupt as exc:
+        raise _Fail(f"{label} does not parse as a status document ({exc.reason})") from None
+
+
+def _changes(old: Document, new: Document) -> list[tuple[str, str, str, Entry | None, Entry | None]]:
+    """(kind, category, key, old entry, new entry) for each key added, removed or changed."""
+    found: list[tuple[str, str, str, Entry | None, Entry | None]] = []
+    for category in list(old.categories) + [c for c in new.categories if c not in old.categories]:
+        before = old.categories.get(category, {})
+        after = new.categories.get(category, {})
+        for key in list(before) + [k for k in after if k not in before]:
+            a, b = before.get(key), after.get(key)
+            if a is None:
+                found.append(("added", category, key, None, b))
+            elif b is None:
+                found.append(("removed", category, key, a, None))
+            elif a.raw != b.raw:  # the bytes each value stands for in its file
+                found.append(("changed", category, key, a, b))
+    return found
+
+
+def _changed_keys(old: Document | None, new: Document) -> str:
+    if old is None:
+        return "(the oldest kept)"
+    changes = _changes(old, new)
+    if not changes:
+        return "(no key changed)"
+    shown = ", ".join(f"{_label(c)}/{_label(k)}" for _, c, k, _, _ in changes[:6])
+    return shown + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    versions = _versions(args.path)
+    rows: list[tuple[str, str, str, bytes | None]] = []
+    for version in versions:
+        try:
+            data: bytes | None = _history.read(version)
+        except OSError:
+            data = None  # pruned since the listing
+        rows.append((str(version.sequence), _written(version.mtime_ns), "", data))
+    try:
+        current = _read_bytes(args.path)
+        rows.append((_CURRENT, _written(os.stat(args.path).st_mtime_ns), "", current))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise _Fail(_unreadable(args.path, exc)) from None
+    if not versions:
+        print(f"no earlier versions of {args.path} are kept (a store keeps them from its next write "
+              "unless opened with history=0)")
+        return EXIT_OK
+    table = []
+    previous: Document | None = None
+    for label, written, _, data in rows:
+        if data is None:
+            table.append((label, written, "-", "(removed while listing)"))
+            previous = None
+            continue
+        try:
+            document: Document | None = load_document(data)
+        except Corrupt as exc:
+            table.append((label, written, _plural(len(data), "byte"), f"damaged: {exc.reason}"))
+            previous = None
+            continue
+        assert document is not None
+        table.append((label, written, _plural(len(data), "byte"), _changed_keys(previous, document)))
+        previous = document
+    headers = ("VERSION", "WRITTEN", "SIZE", "KEYS CHANGED FROM THE VERSION BEFORE")
+    widths = [max(len(row[i]) for row in [headers, *table]) for i in range(3)]
+    for row in [headers, *reversed(table)]:  # newest first
+        print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}")
+    return EXIT_OK
+
+
+# -- diff -------------------------------------------------------------------------------------
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    versions = _versions(args.path)
+    if args.old is None:
+        if not versions:
+            raise _Fail(f"{args.path} has no earlier version kept to compare with; give two versions")
+        args.old = str(versions[-1].sequence)
+    new_label, new_data = _pick(args.path, args.new or _CURRENT, versions)
+    old_label, old_data = _pick(args.path, args.old, versions)
+    changes = _changes(_document(old_label, old_data), _document(new_label, new_data))
+    if args.json:
+        print(json.dumps([
+            {"change": kind, "category": category, "key": key,
+             **({"old": decode(a)} if a is not None else {}), **({"new": decode(b)} if b is not None else {})}
+            for kind, category, key, a, b in changes
+        ], ensure_ascii=False, allow_nan=True, indent=2))
+    else:
+        print(f"from {old_label} to {new_label}: {_plural(len(changes), 'key differs', 'keys differ')}")
+        for kind, category, key, a, b in changes:
+            where = f"{_label(category)}/{_label(key)}"
+            if kind == "added":
+                print(f"+ {where} = {_json(decode(b))}")  # type: ignore[arg-type]
+            elif kind == "removed":
+                print(f"- {where} (was {_json(decode(a))})")  # type: ignore[arg-type]
+            else:
+                print(f"~ {where}: {_json(decode(a))} -> {_json(decode(b))}")  # type: ignore[arg-type]
+    return EXIT_DIFFERENT if changes else EXIT_OK
+
+
+# -- restore ----------------------------------------------------------------------------------
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    versions = _versions(args.path)
+    if args.version == _CURRENT:
+        raise _Fail(f"{_CURRENT!r} is the file itself: give a version number from `{PROG} history {args.path}`")
+    label, data = _pick(args.path, args.version, versions)
+    document = _document(label, data)
+    directory, name = _target(args.path)
+    # Keep every version there is: this command does not know the history= of the trainers
+    # writing the file, and must not prune what one of them keeps.
+    storage = LocalFile(os.path.join(directory, name), durable=True, lock=args.lock,
+                        history=max(DEFAULT_HISTORY, len(versions) + 1))
+    try:
+        with storage.lock(args.lock_timeout, configured=args.lock_timeout):
+            storage.read()  # the version now in place, kept in the history by the write
+            storage.replace(data)  # temp file, fsync, rename, directory fsync: a new version
+    finally:
+        storage.close()
+    after = _history.versions(directory, name)
+    kept = next((v for v in reversed(after) if v.sequence not in {w.sequence for w in versions}), None)
+    keys = sum(len(entries) for entries in document.categories.values())
+    print(f"restored {args.path} to {label} ({_plural(keys, 'key')}, {_plural(len(data), 'byte')}); "
+          "running trainers see it at their next write, like any other writer's change")
+    if kept is not None:
+        print(f"the version it replaced is kept as version {kept.sequence}; to undo: "
+              f"{PROG} restore {args.path} {kept.sequence}")
+    return EXIT_OK
+
+
+# -- the parser -------------------------------------------------------------------------------
+
+
+def register(command: Callable[..., argparse.ArgumentParser], locking: argparse.ArgumentParser) -> None:
+    """Add ``history``, ``diff`` and ``restore`` with ``_cli``'s ``command`` factory."""
+    history = command("history", _cmd_history, "list the earlier versions kept beside the file", """\
+a store keeps the version each write replaces as .<file>.history-<n> beside the file (the newest
+20 by default; StatusStore(..., history=N), history=0 for none). One line per version, newest
+first: its number, when it was written, its size and which keys changed from the version before.
+Reads only.
+
+example:
+  trainstatus history results/run1/run_logs/training_status.json
+""")
+    history.add_argument("path", metavar="PATH", help="the status file")
+
+    diff = command("diff", _cmd_diff, "compare two versions key by key", """\
+OLD and NEW are version numbers from `trainstatus history`, or "current" (the file itself).
+Without them: the newest kept version against the file. Lines: + key added, - key removed,
+~ key changed (old -> new). Exit status 0 when they are the same, 1 when they differ, 2 on error.
+
+examples:
+  trainstatus diff results/run1/run_logs/training_status.json
+  trainstatus diff results/run1/run_logs/training_status.json 12 14
+  trainstatus diff --json results/run1/run_logs/training_status.json 12
+""")
+    diff.add_argument("path", metavar="PATH", help="the status file")
+    diff.add_argument("old", metavar="OLD", nargs="?", help="a version number (default: the newest kept)")
+    diff.add_argument("new", metavar="NEW", nargs="?", help=f"a version number or {_CURRENT} (default)")
+    diff.add_argument("--json", action="store_true",
+                      help="a JSON list of {change, category, key, old, new} for scripts")
+
+    restore = command("restore", _cmd_restore, "put an earlier version back (locked, atomic, durable)", """\
+the version's bytes replace the file under the lock with the atomic write protocol, and the
+version replaced is kept in the history like any other write's, so a restore can be undone by
+restoring that one (the command prints how). A running trainer sees the restored file at its next
+write, as another writer's change: its own later changes go on top, key by key.
+
+example:
+  trainstatus restore results/run1/run_logs/training_status.json 12
+""", parents=[locking])
+    restore.add_argument("path", metavar="PATH", help="the status file")
+    restore.add_argument("version", metavar="VERSION", help="a version number from `trainstatus history`")

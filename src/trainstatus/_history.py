@@ -1,0 +1,105 @@
+"""Earlier versions of a local status file, kept beside it (``StatusStore(..., history=N)``).
+
+Version ``n`` of ``training_status.json`` is kept as ``.training_status.json.history-0000000n``
+in the file's own directory. Why this layout:
+
+- the version a write replaces is already complete and durable: a second name for its inode,
+  taken just before the rename (``_atomic.keep_previous``), keeps it for one ``link()`` call, and
+  its bytes are never copied or changed;
+- in the same directory, the directory fsync that makes the rename durable makes that name
+  durable too. A folder of its own would cost a second directory fsync on every write;
+- where the filesystem has no hard links, the bytes are copied and fsynced instead (one more
+  fsync per write) by the same step.
+
+Sequence numbers only grow: the next is one past the highest kept. When the newest kept version
+is the file itself (a writer was killed between the link and the rename), it is not kept twice.
+Versions past the newest ``history`` are removed on the background closer thread, after the write
+returned: a crash before that leaves a few extra versions, which the next write removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+from . import _names
+
+__all__ = ["Version", "next_slot", "prune", "read", "versions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    """One kept version: its number, where it is, when it was written, its size."""
+
+    sequence: int
+    path: str
+    mtime_ns: int
+    size: int
+    inode: tuple[int, int]  # (st_dev, st_ino): the same inode as the file means the same version
+
+
+def versions(directory: str, name: str) -> list[Version]:
+    """The versions of ``name`` kept in ``directory``, oldest first ([] when there is no history)."""
+    pattern = _names.history_pattern(name)
+    found = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                match = pattern.fullmatch(entry.name)
+                if match is None:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:  # pruned meanwhile
+                    continue
+                found.append(Version(int(match.group(1)), entry.path, st.st_mtime_ns, st.st_size,
+                                     (st.st_dev, st.st_ino)))
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # no directory yet: no history (other errors are the caller's to report)
+    found.sort(key=lambda v: v.sequence)
+    return found
+
+
+def _numbered(directory: str, name: str) -> list[tuple[int, str]]:
+    """(number, path) of each kept version, oldest first: names only, no stat (the write path)."""
+    pattern = _names.history_pattern(name)
+    try:
+        with os.scandir(directory) as it:
+            found = [(int(m.group(1)), e.path) for e in it if (m := pattern.fullmatch(e.name)) is not None]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found.sort()
+    return found
+
+
+def next_slot(directory: str, name: str, current: tuple[int, int] | None) -> tuple[int, bool]:
+    """(the number the version now in the file gets, whether it is already kept under it).
+
+    ``current`` is the file's (st_dev, st_ino). Only the newest kept version is looked at.
+    """
+    found = _numbered(directory, name)
+    if not found:
+        return 1, False
+    sequence, path = found[-1]
+    if current is not None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) == current:
+            return sequence, True
+    return sequence + 1, False
+
+
+def read(version: Version) -> bytes:
+    with open(version.path, "rb") as f:
+        return f.read()
+
+
+def prune(directory: str, name: str, keep: int) -> None:
+    """Remove all but the newest ``keep`` versions (called off the write's path)."""
+    found = _numbered(directory, name)
+    for _, path in found[: max(0, len(found) - keep)]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
