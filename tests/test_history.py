@@ -395,13 +395,20 @@ def test_restore_of_a_damaged_version_is_refused(tmp_path: Path) -> None:
     assert path.read_bytes() == written[-1]
 
 
-def test_command_line_writes_never_prune_what_a_trainer_keeps(tmp_path: Path) -> None:
+def test_command_line_writes_keep_as_many_versions_as_they_find(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
-    store, _ = lessons(path, 30, history=40)
+    store, written = lessons(path, 30, history=40)
     store.close()
     assert len(kept(path)) == 29
-    assert cli("set", str(path), "wall_height", "lesson_num", "3").returncode == 0
-    assert len(kept(path)) == 30
+    for lesson in (3, 4):  # more than the default 20 stay; the count neither shrinks nor grows
+        assert cli("set", str(path), "wall_height", "lesson_num", str(lesson)).returncode == 0
+        assert len(kept(path)) == 29
+    newest, before = (json.loads(Path(v.path).read_bytes())["wall_height"]["lesson_num"] for v in kept(path)[:-3:-1])
+    assert (newest, before) == (3, 29)  # what each edit replaced
+    few = tmp_path / "few.json"
+    lessons(few, 3)[0].close()
+    assert cli("set", str(few), "wall_height", "lesson_num", "9").returncode == 0
+    assert len(kept(few)) == 3  # under the default: nothing pruned
 
 
 def test_check_counts_the_versions_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -409,3 +416,81 @@ def test_check_counts_the_versions_kept(tmp_path: Path, capsys: pytest.CaptureFi
     lessons(path, 3)[0].close()
     assert _cli.main(["check", str(path)]) == 0
     assert "info: 2 earlier versions kept in the history (numbers 1 to 2); see `trainstatus history`" in capsys.readouterr().out
+
+
+# -- review findings ----------------------------------------------------------------------------
+
+
+def test_a_restore_at_open_that_cannot_be_written_starts_empty_and_says_how_to_restore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 3)[0].close()
+    path.write_bytes(b"{")
+
+    def full(*args: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_atomic, "write_all", full)
+    with pytest.warns(TrainingStatusCorruptWarning) as caught:
+        store = StatusStore(path)
+    message = str(caught[0].message)
+    assert "the store starts empty" in message
+    assert f"Version 2 of its history could not be put back (No space left on device)" in message
+    assert f"`trainstatus restore {path} 2` puts it back" in message
+    assert store.get("wall_height", "lesson_num") is None and not path.exists()
+    store.close()
+
+
+def test_history_0_neither_keeps_nor_restores(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 3)[0].close()  # versions 1 and 2 left by a default store
+    path.write_bytes(b"{")
+    with pytest.warns(TrainingStatusCorruptWarning, match="the store starts empty"):
+        store = StatusStore(path, history=0)
+    store.set("wall_height", "lesson_num", 7)
+    assert len(kept(path)) == 2
+    store.close()
+
+
+def test_a_history_that_cannot_be_listed_is_no_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unlistable(directory: str, name: str) -> list[Any]:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), directory)
+
+    monkeypatch.setattr(_history, "versions", unlistable)
+    with pytest.warns(TrainingStatusMissingWarning, match="start from scratch"):
+        StatusStore(tmp_path / "status.json", resume=True).close()
+
+
+def test_a_version_not_kept_under_warnings_as_errors_still_writes_and_updates_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "status.json"
+    store, _ = lessons(path, 2)
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_atomic, "keep_previous", full)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingStatusHistoryWarning)
+        with pytest.raises(TrainingStatusHistoryWarning):
+            store.set("wall_height", "lesson_num", 5)
+    assert read_fresh(path)["wall_height"]["lesson_num"] == 5 == store.get("wall_height", "lesson_num")
+    store.close()
+
+
+def test_a_symlink_under_a_versions_name_is_never_read(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 2)[0].close()
+    secret = tmp_path / "elsewhere.json"
+    secret.write_text('{"planted": {"x": 1}}')
+    os.symlink(secret, tmp_path / _names.history_name(path.name, 99))
+    assert [v.sequence for v in kept(path)] == [1]
+    path.write_bytes(b"{")
+    with pytest.warns(TrainingStatusCorruptWarning, match="version 1 from its history"):
+        store = StatusStore(path)
+    assert store.get("planted", "x") is None
+    store.set("wall_height", "lesson_num", 3)
+    assert os.path.basename(kept(path)[-1].path) == _names.history_name(path.name, 2)
+    store.close()

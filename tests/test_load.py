@@ -207,7 +207,8 @@ def test_strict_raises_and_leaves_the_file_untouched(tmp_path: pathlib.Path) -> 
     assert message.startswith(f"{target} is damaged: it is not valid JSON (")
     assert message.endswith(
         "). It was left untouched because the store was opened with strict=True; repair or remove it, "
-        "or open without strict to keep it aside and start empty."
+        "or open without strict to keep it aside and start from the newest intact version in its "
+        f"history (empty without one; `trainstatus history {target}` lists them)."
     )
     assert info.value.path == str(target)
     assert info.value.moved_to is None
@@ -232,7 +233,8 @@ def test_strict_message_word_for_word(tmp_path: pathlib.Path, data: bytes, reaso
         StatusStore(target, strict=True)
     assert str(info.value) == (
         f"{target} is damaged: {reason}. It was left untouched because the store was opened with "
-        "strict=True; repair or remove it, or open without strict to keep it aside and start empty."
+        "strict=True; repair or remove it, or open without strict to keep it aside and start from the "
+        f"newest intact version in its history (empty without one; `trainstatus history {target}` lists them)."
     )
     assert target.read_bytes() == data
     assert corrupt_files(tmp_path) == []

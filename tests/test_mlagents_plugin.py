@@ -449,5 +449,38 @@ def test_the_reordered_add_checkpoint_matches_the_installed_mlagents_source(mla_
                  "while len(checkpoints) > keep_checkpoints:",
                  "if keep_checkpoints <= 0 or len(checkpoints) == 0:",
                  "ModelCheckpointManager.remove_checkpoint(checkpoints.pop(0))",
+                 'file_paths: List[str] = [checkpoint["file_path"]]',
+                 'file_paths.extend(checkpoint["auxillary_file_paths"])',
+                 "if os.path.exists(file_path):",
+                 "os.remove(file_path)",
                  "behavior_name, StatusType.CHECKPOINTS, checkpoints"):
         assert line in source, line
+
+
+SAME_STEP_TWICE = r"""
+import json, os, sys
+from trainstatus import GlobalTrainingStatus
+from trainstatus import _mlagents_plugin
+_mlagents_plugin.trainer_types()
+from mlagents.trainers.policy.checkpoint_manager import ModelCheckpoint, ModelCheckpointManager
+status, folder = sys.argv[1], sys.argv[2]
+GlobalTrainingStatus.start_fresh(status, overwrite=True)
+for step in (100, 500, 500, 600, 700):  # 500 twice: the periodic save, then save_model at Ctrl-C
+    files = [os.path.join(folder, f"Walker-{step}.{ext}") for ext in ("onnx", "pt")]
+    for path in files:
+        with open(path, "wb") as f:
+            f.write(b"model")
+    ModelCheckpointManager.add_checkpoint("Walker", ModelCheckpoint(step, files[0], 1.0, float(step), files[1:]), 3)
+"""
+
+
+def test_a_checkpoint_recorded_twice_at_one_step_keeps_its_files_while_listed(mla_python: Path, tmp_path: Path) -> None:
+    status = tmp_path / "run_logs" / "training_status.json"
+    status.parent.mkdir()
+    child = subprocess.run([str(mla_python), "-c", SAME_STEP_TWICE, str(status), str(tmp_path)],
+                           capture_output=True, text=True, env=env_with(), timeout=120)
+    assert child.returncode == 0, child.stderr
+    listed = json.loads(status.read_text())["Walker"]["checkpoints"]
+    assert [c["steps"] for c in listed] == [500, 600, 700]
+    assert all(os.path.exists(p) for c in listed for p in [c["file_path"], *c["auxillary_file_paths"]])
+    assert not (tmp_path / "Walker-100.onnx").exists() and not (tmp_path / "Walker-100.pt").exists()

@@ -102,17 +102,20 @@ def keep_previous(target: str, kept: str, *, durable: bool) -> None:
             raise
     with open(target, "rb") as f:
         data = f.read()
-        mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+        source = os.fstat(f.fileno())
     directory, name = os.path.split(target)
     fd, temp = open_temp(directory, name)
     try:
         write_all(fd, data)
-        os.fchmod(fd, mode)
+        os.fchmod(fd, stat.S_IMODE(source.st_mode))
+        # The version's own time, as a link would keep it: the history shows when it was written.
+        os.utime(fd, ns=(source.st_atime_ns, source.st_mtime_ns))
         if durable:
             os.fsync(fd)
         written, fd = fd, -1
         os.close(written)
-        os.replace(temp, kept)  # the lock is held: nobody else is taking this number
+        # The lock is held, so nobody else takes this number (rename, unlike link, would not say).
+        os.replace(temp, kept)
     except BaseException:
         discard_temp(fd, temp)
         raise

@@ -334,10 +334,12 @@ def _python_number(word: str) -> str | None:
 
 
 def _open_store(args: argparse.Namespace) -> StatusStore:
-    # Keep every version there is: this command does not know the history= of the trainers
-    # writing the file, and must not prune what one of them keeps.
+    # This command does not know the history= of the trainers writing the file: it keeps as
+    # many versions as it finds (at least the default), so an edit neither shrinks the count a
+    # trainer keeps nor grows it.
     directory, name = _target(args.path)
-    history = max(DEFAULT_HISTORY, len(_history.versions(directory, name)) + 1)
+    # At least as many as are there, so the count stays put instead of growing with each edit.
+    history = max(DEFAULT_HISTORY, len(_history.versions(directory, name)))
     return StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock,
                        allow_downgrade=args.allow_downgrade, history=history)
 
@@ -670,6 +672,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 report("ok", f"format version {STATUS_FORMAT_VERSION}")
             if args.files:
                 _check_files(report, document, args.root)
+    if args.files and (unreadable or report.status == EXIT_ERROR):
+        report("info", "checkpoint files not checked (--files): the file is not a readable status document")
 
     lock_file = os.path.join(directory, _names.lock_name(name))
     state, detail = _lock_state(lock_file)
@@ -766,7 +770,7 @@ def _resolve_copy(path: str, copy: str) -> tuple[str, str]:
     copy_directory = os.path.realpath(os.path.dirname(os.path.abspath(candidate)))
     if copy_directory != directory or not _names.copy_pattern(name).fullmatch(copy_name):
         raise _Fail(
-            f"{copy} is not a copy of {path} kept aside (expected {name}.corrupt-<time> in "
+            f"{copy} is not a copy of {path} kept aside (expected {_names.copy_stem(name)}.corrupt-<time> in "
             f"{directory}); `{PROG} corrupt list {path}` lists them"
         )
     return os.path.join(directory, copy_name), copy_name
@@ -797,6 +801,9 @@ def _cmd_corrupt_restore(args: argparse.Namespace) -> int:
             if current is not None:
                 kept = storage.keep_copy(current)
             storage.replace(data)  # temp file, fsync, rename, directory fsync (the link too)
+            unkept = storage.take_warning()
+            if unkept is not None:
+                warnings.warn(unkept, stacklevel=1)
     finally:
         storage.close()
     if kept is not None:

@@ -11,6 +11,7 @@ import argparse
 import datetime
 import json
 import os
+import warnings
 from collections.abc import Callable
 
 from . import _history
@@ -88,7 +89,8 @@ def _changes(old: Document, new: Document) -> list[tuple[str, str, str, Entry | 
                 found.append(("added", category, key, None, b))
             elif b is None:
                 found.append(("removed", category, key, a, None))
-            elif a.raw != b.raw:  # the bytes each value stands for in its file
+            elif a.raw != b.raw and _json(decode(a)) != _json(decode(b)):
+                # Same bytes, or the same value spelled another way (another writer's layout).
                 found.append(("changed", category, key, a, b))
     return found
 
@@ -190,14 +192,17 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     label, data = _pick(args.path, args.version, versions)
     document = _document(label, data)
     directory, name = _target(args.path)
-    # Keep every version there is: this command does not know the history= of the trainers
-    # writing the file, and must not prune what one of them keeps.
+    # As for set and delete (_cli._open_store): as many versions as there are, at least the
+    # default, whatever history= the trainers use.
     storage = LocalFile(os.path.join(directory, name), durable=True, lock=args.lock,
-                        history=max(DEFAULT_HISTORY, len(versions) + 1))
+                        history=max(DEFAULT_HISTORY, len(versions)))
     try:
         with storage.lock(args.lock_timeout, configured=args.lock_timeout):
             storage.read()  # the version now in place, kept in the history by the write
             storage.replace(data)  # temp file, fsync, rename, directory fsync: a new version
+            unkept = storage.take_warning()
+            if unkept is not None:
+                warnings.warn(unkept, stacklevel=1)
     finally:
         storage.close()
     after = _history.versions(directory, name)

@@ -12,9 +12,11 @@ in the file's own directory. Why this layout:
   fsync per write) by the same step.
 
 Sequence numbers only grow: the next is one past the highest kept. When the newest kept version
-is the file itself (a writer was killed between the link and the rename), it is not kept twice.
+is the file itself (a writer was killed between the link and the rename), it is not kept twice
+(where the bytes are copied instead, such a kill leaves the same bytes under two numbers).
 Versions past the newest ``history`` are removed on the background closer thread, after the write
-returned: a crash before that leaves a few extra versions, which the next write removes.
+returned: a crash before that leaves a few extra versions, which the next write removes. The
+count is that of the writer that prunes: writers of one file should use one ``history=``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import stat
 
 from . import _names
 
@@ -53,6 +56,8 @@ def versions(directory: str, name: str) -> list[Version]:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:  # pruned meanwhile
                     continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue  # a symlink or anything else planted under a version's name
                 found.append(Version(int(match.group(1)), entry.path, st.st_mtime_ns, st.st_size,
                                      (st.st_dev, st.st_ino)))
     except (FileNotFoundError, NotADirectoryError):
@@ -66,7 +71,9 @@ def _numbered(directory: str, name: str) -> list[tuple[int, str]]:
     pattern = _names.history_pattern(name)
     try:
         with os.scandir(directory) as it:
-            found = [(int(m.group(1)), e.path) for e in it if (m := pattern.fullmatch(e.name)) is not None]
+            # Regular files only: a symlink planted under such a name is never read or restored.
+            found = [(int(m.group(1)), e.path) for e in it
+                     if (m := pattern.fullmatch(e.name)) is not None and e.is_file(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return []
     found.sort()

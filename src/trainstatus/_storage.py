@@ -9,6 +9,7 @@ store implements the same seam with conditional writes instead of a lock (``_s3.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import errno as errno_codes
@@ -21,7 +22,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import ContextManager
 
 from . import _atomic, _history, _locking, _names
-from ._errors import TrainingStatusHistoryWarning, TrainingStatusReadError, TrainingStatusWriteError, warn
+from ._errors import TrainingStatusHistoryWarning, TrainingStatusReadError, TrainingStatusWarning, TrainingStatusWriteError
 
 __all__ = ["Conflict", "LocalFile", "Memory", "Storage", "default_file_mode"]
 
@@ -90,6 +91,10 @@ class Storage:
     def history(self) -> list[_history.Version]:
         """Earlier versions kept, oldest first ([] where none are kept)."""
         return []
+
+    def take_warning(self) -> TrainingStatusWarning | None:
+        """What the last ``replace`` has to report besides its result (issued by the caller)."""
+        return None
 
     def close(self) -> None:
         """Release what this object holds open."""
@@ -182,18 +187,19 @@ class _Closer:
                 for job in jobs:
                     try:
                         job()
-                    except OSError as exc:  # a history not pruned now is pruned after the next write
+                    except Exception as exc:  # noqa: BLE001 - the thread must live on for the fds
+                        # A history not pruned now is pruned after the next write.
                         logger.debug("background job failed: %s", exc)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
 
-    def wait(self) -> None:
-        """Return once everything queued so far is done (for tests counting descriptors or files)."""
+    def wait(self, timeout: float | None = None) -> None:
+        """Return once everything queued so far is done (tests counting descriptors or files, and
+        the exit of the process), or after ``timeout`` s."""
         with self._cond:
-            while self._queued or self._jobs or self._busy:
-                self._cond.wait()
+            self._cond.wait_for(lambda: not (self._queued or self._jobs or self._busy), timeout)
 
     def after_fork_in_child(self) -> None:
         # Only the forking thread survives a fork: the closer is gone, and what it had taken is
@@ -205,6 +211,9 @@ class _Closer:
 
 
 _closer = _Closer()
+# Its thread is a daemon, stopped at exit: a short-lived process (the command line) would leave
+# its prune undone, and the history one version longer on every run. A few ms at most.
+atexit.register(_closer.wait, 5.0)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_closer.after_fork_in_child)
 
@@ -276,6 +285,7 @@ class LocalFile(Storage):
         # The number the version now in the file gets in the history, and whether it is kept
         # already; None: find out from the directory (after a read: another writer's version).
         self._slot: tuple[int, bool] | None = None
+        self._unkept: TrainingStatusHistoryWarning | None = None  # reported once the write is in
 
     @property
     def target(self) -> str:
@@ -438,12 +448,13 @@ class LocalFile(Storage):
             fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode, owner=owner,
                                           before_replace=keep if keeping else None)
         except _atomic.ReplacedNotSynced as exc:
-            self._written(kept[0])
             self._remember_written(exc.fd, exc.st)
+            self._written(kept[0])
             error = self._write_error(exc.cause, "syncing its directory")
             error._replaced = True  # type: ignore[attr-defined]  # tells the store the file changed
             raise error from exc.cause
         except OSError as exc:
+            self._unkept = None  # nothing was replaced: the version is still the file itself
             for name in made:  # the rename failed: the file is still that version, kept twice
                 with contextlib.suppress(OSError):
                     os.unlink(name)
@@ -462,8 +473,8 @@ class LocalFile(Storage):
                     errno=exc.errno,
                 ) from exc
             raise self._write_error(exc, "writing it") from exc
-        self._written(kept[0])
         self._remember_written(fd, st)
+        self._written(kept[0])
         logger.debug("wrote %s (%d bytes)", self.location, len(data))
 
     def _keep_previous(self, made: list[str]) -> int | None:
@@ -490,11 +501,12 @@ class LocalFile(Storage):
                 made.append(kept)
                 self._slot = (sequence, True)
                 return sequence
+            raise FileExistsError(errno_codes.EEXIST, "the next version number was taken twice", kept)
         except FileNotFoundError:
             return None  # removed meanwhile: nothing to keep
         except OSError as exc:
             self._slot = None
-            warn(TrainingStatusHistoryWarning(
+            self._unkept = (TrainingStatusHistoryWarning(
                 f"Could not keep the version of {self.location} that this write replaces in its "
                 f"history ({kept}): {exc.strerror or exc}. The write goes on; that version is "
                 "not kept. Free some space or check the directory's permissions, or open the "
@@ -504,7 +516,12 @@ class LocalFile(Storage):
         return None
 
     def _written(self, kept: int | None) -> None:
-        """After a write replaced the file: the new version's slot; old versions pruned later."""
+        """After a write replaced the file: the new version's slot; old versions pruned later.
+
+        A version that could not be kept is reported by the store (``take_warning``) once the new
+        file is in place and in its memory: a warning turned into an error (``-W error``) then
+        cannot undo the write or leave memory behind the file.
+        """
         if not self._keep:
             return
         if kept is None:
@@ -514,8 +531,18 @@ class LocalFile(Storage):
         if kept > self._keep:
             _closer.later((self._directory, self._name), lambda: _history.prune(self._directory, self._name, self._keep))
 
+    def take_warning(self) -> TrainingStatusWarning | None:
+        unkept, self._unkept = self._unkept, None
+        return unkept
+
     def history(self) -> list[_history.Version]:
-        return _history.versions(self._directory, self._name)
+        if not self._keep:
+            return []  # history=0: none kept, and none restored from what others left
+        try:
+            return _history.versions(self._directory, self._name)
+        except OSError as exc:  # a directory we may write but not list: no history to offer
+            logger.debug("could not list the history of %s: %s", self.location, exc)
+            return []
 
     def _write_error(self, exc: OSError, step: str) -> TrainingStatusWriteError:
         what = {

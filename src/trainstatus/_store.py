@@ -113,6 +113,10 @@ def _check_option(name: str, value: Any, kind: type, location: str) -> None:
     )
 
 
+class _NotRestored(Exception):
+    """A version of the history could not be written back at open; the message says so."""
+
+
 class _StaleRead(TrainingStatusConflictError):
     """A transaction's body read a key another writer changed before the transaction was written."""
 
@@ -330,7 +334,7 @@ class StatusStore:
         if history is not None:
             _check_option("history", history, int, given)
             if history < 0:
-                raise ValueError(f"history must be a number of versions >= 0 (0: keep none), not {history!r}")
+                raise ValueError(f"history must be a number of versions >= 0 (0: keep none), not {history!r}, for {given}")
         if lock_timeout is not None and (type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float))):
             _check_option("lock_timeout", lock_timeout, float, given)
         check_location(given)
@@ -682,6 +686,7 @@ class StatusStore:
                 # store last knew is the best state there is; the next write puts it back.
                 logger.debug("%s disappeared; keeping what this store knew", self._location)
                 return
+            not_restored = ""
             if self._resume and self._storage.history():
                 if not locked:
                     # Put a kept version back under the lock, after reading again: another
@@ -691,7 +696,12 @@ class StatusStore:
                     return
                 found = self._from_history()
                 if found is not None:
-                    restored = self._restore(found)
+                    try:
+                        restored = self._restore(found)
+                    except _NotRestored as failure:
+                        not_restored = f" {failure}"
+                        found = None
+                if found is not None:
                     warn(TrainingStatusMissingWarning(
                         f"Resuming, but there is no status file at {self._location}: {restored} was "
                         "put back in its place; changes written after that version are lost. "
@@ -702,8 +712,8 @@ class StatusStore:
             if self._resume:
                 warn(TrainingStatusMissingWarning(
                     f"Resuming, but there is no status file at {self._location}: curriculum "
-                    "lessons, kept checkpoints and ELO start from scratch. Check the run folder, or "
-                    "open without resume=True for a new run.",
+                    f"lessons, kept checkpoints and ELO start from scratch.{not_restored} Check the run "
+                    "folder, or open without resume=True for a new run.",
                     path=self._location,
                 ))
             self._install(Document({}, None))
@@ -755,7 +765,8 @@ class StatusStore:
             raise TrainingStatusCorruptError(
                 f"{self._location} is damaged: {reason}. It was left untouched because the store "
                 "was opened with strict=True; repair or remove it, or open without strict to keep "
-                "it aside and start empty.",
+                "it aside and start from the newest intact version in its history (empty without "
+                f"one; `trainstatus history {self._location}` lists them).",
                 path=self._location,
             )
         if not locked:
@@ -774,24 +785,29 @@ class StatusStore:
                 path=self._location,
             ) from exc
         found = self._from_history() if initial else None
+        not_restored = ""
         if found is not None:
-            restored = self._restore(found)
-            warn(TrainingStatusCorruptWarning(
-                f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved}, and "
-                f"{restored} was put back in its place: changes written after that version are lost "
-                f"unless that copy still holds them. `trainstatus history {self._location}` lists "
-                "the versions kept.",
-                path=self._location,
-                moved_to=moved,
-            ))
-            return
+            try:
+                restored = self._restore(found)
+            except _NotRestored as failure:
+                not_restored = f" {failure}"
+            else:
+                warn(TrainingStatusCorruptWarning(
+                    f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved}, and "
+                    f"{restored} was put back in its place: changes written after that version are lost "
+                    f"unless that copy still holds them. `trainstatus history {self._location}` lists "
+                    "the versions kept.",
+                    path=self._location,
+                    moved_to=moved,
+                ))
+                return
         if initial:
             outcome = "the store starts empty"
         else:
             outcome = "the next write puts back what this store last read or wrote"
         warn(TrainingStatusCorruptWarning(
             f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved} and "
-            f"{outcome}. Inspect that file to recover anything newer.",
+            f"{outcome}.{not_restored} Inspect that file to recover anything newer.",
             path=self._location,
             moved_to=moved,
         ))
@@ -813,11 +829,24 @@ class StatusStore:
     def _restore(self, found: tuple[_history.Version, Document, bytes]) -> str:
         """Put a kept version back in the file, byte for byte (lock held), and load it; what it was."""
         version, document, data = found
-        self._storage.replace(data)
+        unsure = ""
+        try:
+            self._storage.replace(data)
+        except TrainingStatusWriteError as exc:
+            if not getattr(exc, "_replaced", False):
+                cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+                raise _NotRestored(
+                    f"Version {version.sequence} of its history could not be put back ({cause.strerror or cause}); "
+                    f"once the cause is fixed, `trainstatus restore {self._location} {version.sequence}` "
+                    "puts it back.") from exc
+            unsure = " (its directory could not be synced: it may not survive a power loss)"
+        unkept = self._storage.take_warning()
         check_metadata(document.metadata, self._registered_metadata(), location=self._location)
         self._install(document)
         written = datetime.datetime.fromtimestamp(version.mtime_ns / 1e9, datetime.timezone.utc)
-        return f"version {version.sequence} from its history (written {written:%Y-%m-%d %H:%M:%S} UTC)"
+        if unkept is not None:
+            warn(unkept)
+        return f"version {version.sequence} from its history (written {written:%Y-%m-%d %H:%M:%S} UTC){unsure}"
 
     def _clean_leftovers_at_open(self) -> None:
         if not self._storage.leftovers():
@@ -1112,6 +1141,7 @@ class StatusStore:
         except TrainingStatusWriteError as exc:
             if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
                 self._doc, self._meta = document, meta
+            self._storage.take_warning()  # the error says more than a kept version's warning
             raise
         except BaseException:
             # Interrupted (Ctrl-C) somewhere around the rename: whether the file changed is
@@ -1119,6 +1149,9 @@ class StatusStore:
             self._storage.forget()
             raise
         self._doc, self._meta = document, meta
+        unkept = self._storage.take_warning()
+        if unkept is not None:
+            warn(unkept)  # after memory took the write: -W error cannot leave it behind the file
 
     def _after_fork_in_child(self) -> None:
         # Changes other threads had queued are theirs to write, in the parent.
