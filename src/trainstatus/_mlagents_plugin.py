@@ -28,6 +28,7 @@ says what to do; ML-Agents prints it with its traceback at ERROR level.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any
@@ -221,30 +222,21 @@ def _sync_files(paths: list[str]) -> None:
 
     ML-Agents writes them without fsync; a missing one is left to ML-Agents, as before.
     """
+    from ._checkpoints import _fsync
+
     directories = set()
     for path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
+            _fsync(path)
+        except FileNotFoundError:
             continue
-        try:
-            os.fsync(fd)
         except OSError as exc:
             _log().warning("trainstatus: could not sync checkpoint file %s: %s", path, exc)
-        finally:
-            os.close(fd)
         directories.add(os.path.dirname(os.path.abspath(path)))
     for directory in directories:
-        try:
-            fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass  # some filesystems refuse a directory fsync; the file itself is synced
-        finally:
-            os.close(fd)
+        # Some filesystems refuse a directory fsync; the files themselves are synced.
+        with contextlib.suppress(OSError):
+            _fsync(directory, directory=True)
 
 
 def _load_state(path: str) -> None:
