@@ -42,7 +42,7 @@ from ._errors import (
 from ._load import METADATA
 from ._store import StatusStore
 
-__all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "missing_files"]
+__all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "missing_files", "remove_unlisted"]
 
 logger = logging.getLogger("trainstatus")
 
@@ -102,6 +102,48 @@ def missing_files(categories: Mapping[str, Mapping[str, Any]],
     return [(category, key, path)
             for category, key, paths in _listed(categories)
             for path in paths if not os.path.exists(_join(base, path))]
+
+
+def remove_unlisted(dropped: Iterable[Any], document: Mapping[str, Any], root: str | None,
+                    location: str) -> list[tuple[Any, str]]:
+    """Remove the files of the ``dropped`` entries that no entry of ``document`` lists; return
+    ``(entry, reason)`` for each file that could not be removed (one already gone is fine).
+
+    Used by ``CheckpointList.add`` and by the ML-Agents plugin's checkpoint manager.
+    """
+    # A file still listed may be spelled differently (``./a``, a symlinked folder) or be the
+    # same file under another name: compare by path and by inode. Both are stats, where
+    # os.path.realpath would cost one lstat per path component of every listed file.
+    listed_paths: set[str] = set()
+    listed_files: set[tuple[int, int]] = set()
+    for _, _, paths in _listed(document):
+        for given in paths:
+            path = _join(root, given)
+            listed_paths.add(path)
+            with contextlib.suppress(OSError):
+                kept = os.stat(path)
+                listed_files.add((kept.st_dev, kept.st_ino))
+    failed: list[tuple[Any, str]] = []
+    for entry in dropped:
+        for given in _entry_paths(entry) or []:
+            path = _join(root, given)
+            try:
+                info = os.stat(path)
+                same_file = (info.st_dev, info.st_ino) in listed_files
+            except OSError:
+                same_file = False  # gone already (what we wanted), or os.remove says why below
+            if path in listed_paths or same_file:
+                logger.debug("trainstatus: kept %s, still listed in %s", path, location)
+                continue
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                failed.append((entry, f"{given} could not be removed ({exc.strerror or exc})"))
+            else:
+                logger.debug("trainstatus: removed old checkpoint file %s", path)
+    return failed
 
 
 def _fsync(path: str, *, directory: bool = False) -> None:
@@ -498,38 +540,7 @@ class CheckpointList:
 
     def _remove(self, dropped: list[Any], document: Mapping[str, Any]) -> None:
         """Remove the files of ``dropped`` entries that no entry of ``document`` lists any more."""
-        # A file still listed may be spelled differently (``./a``, a symlinked folder) or be the
-        # same file under another name: compare by path and by inode. Both are stats, where
-        # os.path.realpath would cost one lstat per path component of every listed file.
-        listed_paths: set[str] = set()
-        listed_files: set[tuple[int, int]] = set()
-        for _, _, paths in _listed(document):
-            for given in paths:
-                path = _join(self._root, given)
-                listed_paths.add(path)
-                with contextlib.suppress(OSError):
-                    kept = os.stat(path)
-                    listed_files.add((kept.st_dev, kept.st_ino))
-        failed: list[tuple[Any, str]] = []
-        for entry in dropped:
-            for given in _entry_paths(entry) or []:
-                path = _join(self._root, given)
-                try:
-                    info = os.stat(path)
-                    same_file = (info.st_dev, info.st_ino) in listed_files
-                except OSError:
-                    same_file = False  # gone already (what we wanted), or os.remove says why below
-                if path in listed_paths or same_file:
-                    logger.debug("trainstatus: kept %s, still listed in %s", path, self._store.path)
-                    continue
-                try:
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    failed.append((entry, f"{given} could not be removed ({exc.strerror or exc})"))
-                else:
-                    logger.debug("trainstatus: removed old checkpoint file %s", path)
+        failed = remove_unlisted(dropped, document, self._root, self._store.path)
         if failed:
             details = "; ".join(f"steps {_steps(entry)}: {reason}" for entry, reason in failed)
             warn(TrainingStatusCheckpointWarning(

@@ -33,6 +33,7 @@ import logging
 import os
 from typing import Any
 
+from ._checkpoints import _fsync, remove_unlisted
 from ._errors import TrainingStatusError
 from ._mlagents import GlobalTrainingStatus, SavedStateView
 
@@ -191,30 +192,16 @@ def _route_checkpoint_manager() -> None:
                 break
             dropped.append(checkpoints.pop(0))
         GlobalTrainingStatus.set_parameter_state(behavior_name, StatusType.CHECKPOINTS, checkpoints)
-        # ML-Agents checkpoints twice at one step (the periodic save, then save_model at exit or
-        # Ctrl-C), so a dropped entry can name the files of one still kept: those stay.
-        final = GlobalTrainingStatus.get_parameter_state(behavior_name, StatusType.FINAL_CHECKPOINT)
-        listed = {os.path.abspath(path) for entry in [*checkpoints, final] if isinstance(entry, dict)
-                  for path in _entry_files(entry)}
-        for checkpoint in dropped:
-            # ML-Agents' remove_checkpoint, for the files no kept entry names.
-            for path in _entry_files(checkpoint):
-                if os.path.abspath(path) in listed:
-                    continue
-                if os.path.exists(path):
-                    os.remove(path)
-                    _log().debug("Removed checkpoint model %s.", path)
-                else:
-                    _log().debug("Checkpoint at %s could not be found.", path)
+        # ML-Agents' remove_checkpoint, for the files no entry still names: ML-Agents checkpoints
+        # twice at one step (the periodic save, then save_model at exit or Ctrl-C), so a dropped
+        # entry can name the files of one kept, or of the final checkpoint. Relative paths are
+        # ML-Agents', against the current directory.
+        store = GlobalTrainingStatus.store()
+        for checkpoint, reason in remove_unlisted(dropped, store.to_dict(), None, store.path):
+            _log().warning("trainstatus: an old checkpoint of %s (steps %s) was dropped from the list, "
+                           "but %s; remove it by hand", behavior_name, checkpoint.get("steps"), reason)
 
     ModelCheckpointManager.add_checkpoint = classmethod(add_checkpoint)
-
-
-def _entry_files(entry: dict[str, Any]) -> list[str]:
-    """The files one checkpoint entry names (main file first), as ML-Agents reads them."""
-    paths = [entry.get("file_path")]
-    paths.extend(entry.get("auxillary_file_paths") or [])
-    return [p for p in paths if isinstance(p, str)]
 
 
 def _sync_files(paths: list[str]) -> None:
@@ -222,8 +209,6 @@ def _sync_files(paths: list[str]) -> None:
 
     ML-Agents writes them without fsync; a missing one is left to ML-Agents, as before.
     """
-    from ._checkpoints import _fsync
-
     directories = set()
     for path in paths:
         try:
