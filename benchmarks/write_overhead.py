@@ -64,88 +64,49 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
+import _shapes  # noqa: E402
 
 from trainstatus import StatusStore  # noqa: E402
 
 SIZES = {"1KB": 1 << 10, "32KB": 32 << 10, "1MB": 1 << 20, "10MB": 10 << 20}
 ROUNDS = {"1KB": 400, "32KB": 300, "1MB": 100, "10MB": 25}
+# The other shapes measure the core rows only, with fewer rounds: five shapes at 10 MB add up.
+SHAPE_ROUNDS = {"1KB": 200, "32KB": 150, "1MB": 50, "10MB": 15}
 QUICK_SIZES = ("1KB", "32KB")
 QUICK_ROUNDS = 20
 WARMUP = 3
 GET_BURST = 10
 
-SMALL = ("wall_height", "lesson_num")
+SMALL = _shapes.SMALL
 BIG = ("Walker", "checkpoints")
 
-# Row order of the table; the label says what each measures.
+# Row order of the table; the label says what each measures. CORE rows are measured for every
+# shape, the others for the list shape (the benchmark's first one) only.
 METHODS = {
     "floor": "floor: orjson + temp, write, fsync, rename, dir fsync",
     "set_small": "set, durable (small key)",
     "set_h0_small": "set, durable, history=0 (small key)",
-    "set_big": "set, durable (checkpoints list)",
+    "set_big": "set, durable (big value)",
     "set_none": "set, durable (checkpoints list, rewards None)",
     "set_nd_small": "set, durable=False (small key)",
-    "set_nd_big": "set, durable=False (checkpoints list)",
+    "set_nd_big": "set, durable=False (big value)",
     "tx100": "transaction of 100 sets (small key), durable",
     "mlagents": "ML-Agents save: json.dump(indent=4)",
     "sqlite_small": "SQLite WAL FULL upsert (small key)",
-    "sqlite_big": "SQLite WAL FULL upsert (checkpoints list)",
+    "sqlite_big": "SQLite WAL FULL upsert (big value)",
+    "open": "open: StatusStore(path) (read, parse, validate)",
+    "json_loads": "reference: read + json.loads of the file",
+    "orjson_loads": "reference: read + orjson.loads of the file",
     "get_small": "get (small key)",
-    "get_big": "get (checkpoints list)",
+    "get_big": "get (big value)",
+    "decode_big": "reference: loads of the big value's bytes",
 }
+CORE = ("floor", "set_small", "set_big", "open", "json_loads", "orjson_loads", "get_big", "decode_big")
+# Not timed in every round: one call per round, or a burst of them (see run_size).
+READS = ("open", "json_loads", "orjson_loads", "get_small", "get_big", "decode_big")
 
 _OPEN_TEMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-# -- the state -----------------------------------------------------------------------------------
-
-
-def checkpoint(i: int) -> dict[str, Any]:
-    """One entry of ML-Agents' checkpoint list, as its checkpoint manager writes it."""
-    steps = 500_000 * i
-    return {
-        "steps": steps,
-        "file_path": f"results/run1/Walker/Walker-{steps}.onnx",
-        "reward": round(100.0 + 0.37 * i, 2),
-        "creation_time": 1764665000.0 + 600.0 * i,
-        "auxillary_file_paths": [f"results/run1/Walker/Walker-{steps}.pt"],
-    }
-
-
-def categories(count: int) -> dict[str, dict[str, Any]]:
-    checkpoints = [checkpoint(i) for i in range(1, count + 1)]
-    return {
-        "Walker": {"checkpoints": checkpoints, "final_checkpoint": checkpoints[-1]},
-        "wall_height": {"lesson_num": 3},
-        "SoccerTwos?team=0": {"elo": 1234.5},
-    }
-
-
-def file_bytes(document: dict[str, Any]) -> bytes:
-    """What the store writes for ``document`` (metadata included): orjson's 2-space indent."""
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
-
-
-def checkpoint_count(target: int) -> int:
-    """How many checkpoints make the file about ``target`` bytes."""
-    metadata = {"metadata": {"stats_format_version": "0.3.0", "trainstatus_version": "0.0.0"}}
-    base = len(file_bytes({**categories(1), **metadata}))
-    per_item = (len(file_bytes({**categories(101), **metadata})) - base) / 100
-    return max(1, round(1 + (target - base) / per_item))
-
-
-def with_none_rewards(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The list with every third reward None, as ML-Agents leaves checkpoints not yet evaluated."""
-    return [dict(c, reward=None) if i % 3 == 0 else c for i, c in enumerate(checkpoints)]
-
-
-def other_list(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same list with a newer last checkpoint: what a trainer sets after saving one."""
-    changed = [dict(c) for c in checkpoints]
-    changed[-1]["reward"] += 1.5
-    changed[-1]["creation_time"] += 60.0
-    return changed
 
 
 # -- the methods ---------------------------------------------------------------------------------
@@ -171,38 +132,56 @@ def floor_write(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
-class Bench:
-    """One state size: its files, stores and databases, and a function per method."""
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
-    def __init__(self, directory: str, count: int) -> None:
+
+class Bench:
+    """One shape at one state size: its files, stores and databases, and a function per method."""
+
+    def __init__(self, directory: str, shape: _shapes.Shape, count: int, methods: tuple[str, ...]) -> None:
         self.directory = directory
+        self.shape = shape
         self.count = count
         self.cleanup: list[Callable[[], None]] = []
-        base = categories(count)
-        self.lists = [base["Walker"]["checkpoints"], other_list(base["Walker"]["checkpoints"])]
+        self.wanted = methods
+        base = shape.document(count)
+        self.versions = shape.versions(base)
 
-        self.stores = {
-            "set": self._store("set.json", base, durable=True),
-            "set_h0": self._store("set_h0.json", base, durable=True, history=0),
-            "set_nd": self._store("set_nd.json", base, durable=False),
-            "tx100": self._store("tx100.json", base, durable=True),
-            "set_none": self._store("set_none.json", base, durable=True),
-        }
-        self.none_lists = [with_none_rewards(checkpoints) for checkpoints in self.lists]
+        self.stores = {"set": self._store("set.json", base, durable=True)}
+        if "set_h0_small" in methods:
+            self.stores["set_h0"] = self._store("set_h0.json", base, durable=True, history=0)
+        if "set_nd_small" in methods or "set_nd_big" in methods:
+            self.stores["set_nd"] = self._store("set_nd.json", base, durable=False)
+        if "tx100" in methods:
+            self.stores["tx100"] = self._store("tx100.json", base, durable=True)
+        if "set_none" in methods:
+            self.stores["set_none"] = self._store("set_none.json", base, durable=True)
+            self.none_lists = [with_none_rewards(checkpoints) for checkpoints in self.versions]
         reference = self.stores["set"]
         self.document = reference.to_dict()  # metadata included, last
-        self.state_bytes = len(file_bytes(self.document))
+        on_disk = read_file(reference.path)
         # The floor writes exactly the store's bytes: check it once.
-        with open(reference.path, "rb") as f:
-            on_disk = f.read()
-        if on_disk != file_bytes(self.document):
+        if on_disk != _shapes.file_bytes(self.document):
             raise AssertionError("the floor would not write the same bytes as the store")
+        self.state_bytes = len(on_disk)
         self.floor_path = os.path.join(directory, "floor.json")
-        self.floor_document = json.loads(on_disk)
+        # orjson cannot write NaN: the floor of a NaN-holding document serializes the same shape
+        # with None in its place (the fastest serializer's cost for it) and writes the store's
+        # exact bytes, NaN literals and all.
+        self.nan_bytes = on_disk if _shapes._has_nan(self.document) else None
+        self.floor_document = _shapes.without_nan(json.loads(on_disk))
         floor_write(self.floor_path, on_disk)
-        self.mlagents_path = os.path.join(directory, "mlagents.json")
-        self.mlagents_document = json.loads(on_disk)
-        self.sqlite = self._sqlite(base)
+        self.open_path = os.path.join(directory, "open.json")
+        floor_write(self.open_path, on_disk)
+        self.big_bytes = reference._lookup(*shape.big).raw  # what get decodes
+        self.big_loads = json.loads if self.nan_bytes is not None else orjson.loads
+        if "mlagents" in methods:
+            self.mlagents_path = os.path.join(directory, "mlagents.json")
+            self.mlagents_document = json.loads(on_disk)
+        if "sqlite_small" in methods:
+            self.sqlite = self._sqlite(base)
 
     def _store(self, name: str, base: dict[str, dict[str, Any]], *, durable: bool, history: int | None = None) -> StatusStore:
         store = StatusStore(os.path.join(self.directory, name), durable=durable, history=history)
@@ -236,32 +215,35 @@ class Bench:
         )
 
     def methods(self) -> dict[str, Callable[[int], Any]]:
-        lists = self.lists
-        store, store_nd, tx_store = self.stores["set"], self.stores["set_nd"], self.stores["tx100"]
+        versions, big = self.versions, self.shape.big
+        stores = self.stores
+        store = stores["set"]
 
         def floor(i: int) -> None:
             self.floor_document["wall_height"]["lesson_num"] = i
-            floor_write(self.floor_path, orjson.dumps(self.floor_document, option=orjson.OPT_INDENT_2) + b"\n")
+            data = orjson.dumps(self.floor_document, option=orjson.OPT_INDENT_2) + b"\n"
+            floor_write(self.floor_path, data if self.nan_bytes is None else self.nan_bytes)
 
         def set_small(i: int) -> None:
             store.set(*SMALL, i)
 
         def set_big(i: int) -> None:
-            store.set(*BIG, lists[i % 2])
+            store.set(*big, versions[i % 2])
 
         def set_h0_small(i: int) -> None:
-            self.stores["set_h0"].set(*SMALL, i)
+            stores["set_h0"].set(*SMALL, i)
 
         def set_none(i: int) -> None:
-            self.stores["set_none"].set(*BIG, self.none_lists[i % 2])
+            stores["set_none"].set(*big, self.none_lists[i % 2])
 
         def set_nd_small(i: int) -> None:
-            store_nd.set(*SMALL, i)
+            stores["set_nd"].set(*SMALL, i)
 
         def set_nd_big(i: int) -> None:
-            store_nd.set(*BIG, lists[i % 2])
+            stores["set_nd"].set(*big, versions[i % 2])
 
         def tx100(i: int) -> None:
+            tx_store = stores["tx100"]
             with tx_store.transaction():
                 for j in range(100):
                     tx_store.set(*SMALL, 100 * i + j)
@@ -275,30 +257,51 @@ class Bench:
             self._upsert(self.sqlite, *SMALL, i)
 
         def sqlite_big(i: int) -> None:
-            self._upsert(self.sqlite, *BIG, lists[i % 2])
+            self._upsert(self.sqlite, *big, versions[i % 2])
+
+        def open_store(i: int) -> None:
+            StatusStore(self.open_path).close()
+
+        def json_loads(i: int) -> Any:
+            return json.loads(read_file(self.open_path))
+
+        def orjson_loads(i: int) -> Any:
+            return orjson.loads(read_file(self.open_path))
 
         def get_small(i: int) -> Any:
             return store.get(*SMALL)
 
         def get_big(i: int) -> Any:
-            return store.get(*BIG)
+            return store.get(*big)
 
-        table = {f.__name__: f for f in (floor, set_small, set_h0_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
-                                         mlagents, sqlite_small, sqlite_big, get_small, get_big)}
-        return {name: table[name] for name in METHODS}
+        def decode_big(i: int) -> Any:
+            return self.big_loads(self.big_bytes)
+
+        table: dict[str, Callable[[int], Any]] = {f.__name__: f for f in (floor, set_small, set_h0_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
+                                         mlagents, sqlite_small, sqlite_big, open_store, json_loads, orjson_loads, get_small,
+                                         get_big, decode_big)}
+        table["open"] = table.pop("open_store")
+        wanted = [name for name in self.wanted if not (name == "orjson_loads" and self.nan_bytes is not None)]
+        return {name: table[name] for name in wanted}
 
     def close(self) -> None:
         for step in reversed(self.cleanup):
             step()
 
 
-def run_size(directory: str, target: int, rounds: int, warmup: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def with_none_rewards(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The list with every third reward None, as ML-Agents leaves checkpoints not yet evaluated."""
+    return [dict(c, reward=None) if i % 3 == 0 else c for i, c in enumerate(checkpoints)]
+
+
+def run_size(directory: str, shape: _shapes.Shape, target: int, rounds: int, warmup: int,
+             methods: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Interleaved rounds of every method at one state size: (size info, method -> summary)."""
-    count = checkpoint_count(target)
-    bench = Bench(directory, count)
+    count = _shapes.count_for(shape, target)
+    bench = Bench(directory, shape, count, methods)
     try:
-        methods = bench.methods()
-        names = list(methods)
+        ops = bench.methods()
+        names = list(ops)
         samples: dict[str, list[int]] = {name: [] for name in names}
         clock = time.perf_counter_ns
         # A get takes microseconds: a burst of them per round, each timed on its own, so the p50
@@ -307,19 +310,20 @@ def run_size(directory: str, target: int, rounds: int, warmup: int) -> tuple[dic
         for r in range(warmup + rounds):
             shift = r % len(names)
             for name in names[shift:] + names[:shift]:  # rotated: no method always runs first
-                op = methods[name]
-                for _ in range(burst if name.startswith("get") else 1):
+                op = ops[name]
+                for _ in range(burst if name in READS else 1):
                     start = clock()
                     op(r)
                     elapsed = clock() - start
                     if r >= warmup:
                         samples[name].append(elapsed)
-                if not name.startswith("get"):
+                if name not in READS:
                     # Untimed: flush what this method left dirty. On ext4 (data=ordered) the next
                     # fsync would otherwise write it, charging a non-durable method's data to
                     # whichever durable method comes next.
                     os.sync()
-        info = {"target_bytes": target, "file_bytes": bench.state_bytes, "checkpoints": count, "rounds": rounds}
+        info = {"target_bytes": target, "file_bytes": bench.state_bytes, "count": count, "unit": shape.unit,
+                "rounds": rounds}
         return info, {name: _common.summary_us(values) for name, values in samples.items()}
     finally:
         bench.close()
@@ -328,11 +332,40 @@ def run_size(directory: str, target: int, rounds: int, warmup: int) -> tuple[dic
 # -- import time ---------------------------------------------------------------------------------
 
 
-def import_cost(runs: int) -> dict[str, Any]:
-    """``import trainstatus`` in a fresh interpreter (what the CLI pays), from ``-X importtime``."""
-    code = "import sys, trainstatus; print(sorted(m for m in ('numpy', 'sqlite3', 'json') if m in sys.modules))"
-    times, heavy = [], []
+def _wall_ms(command: list[str], runs: int) -> float:
+    times = []
     for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(command, capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    return round(statistics.median(times) * 1000, 2)
+
+
+def import_cost(runs: int, directory: str) -> dict[str, Any]:
+    """Start-up costs in fresh interpreters, wall clock (median of ``runs``), interleaved.
+
+    ``import trainstatus`` also from ``-X importtime`` (what it imports itself, cumulative), and
+    which heavy modules it pulled in. The command line is run as the installed ``trainstatus``
+    script when there is one beside this interpreter (what a user types), else ``-m trainstatus``.
+    """
+    code = "import sys, trainstatus; print(sorted(m for m in ('numpy', 'sqlite3', 'json', 'filelock') if m in sys.modules))"
+    script = os.path.join(os.path.dirname(sys.executable), "trainstatus")
+    cli = [script] if os.path.exists(script) else [sys.executable, "-m", "trainstatus"]
+    status = os.path.join(directory, "show.json")
+    with StatusStore(status) as store:
+        store.set(*SMALL, 3)
+    commands = {
+        "bare_ms": [sys.executable, "-c", "pass"],
+        "import_ms": [sys.executable, "-c", "import trainstatus"],
+        "help_ms": [*cli, "--help"],
+        "show_ms": [*cli, "show", status],
+    }
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, command in commands.items():
+            walls[name].append(_wall_ms(command, 1))
+    times, heavy = [], []
+    for _ in range(max(3, runs // 3)):
         done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
                               check=True)
         for line in done.stderr.splitlines():
@@ -343,52 +376,99 @@ def import_cost(runs: int) -> dict[str, Any]:
     return {
         "trainstatus_ms": round(statistics.median(times) / 1000, 2) if times else None,
         "runs": runs,
+        **{name: round(statistics.median(values), 2) for name, values in walls.items()},
         "numpy_imported": "numpy" in heavy,
         "also_imported": heavy,
     }
+
+
+def memory_cost(directory: str, target: int) -> dict[str, Any]:
+    """Peak memory of opening a store on a ``list`` state of about ``target`` bytes, in a fresh process.
+
+    tracemalloc's peak while opening (every Python allocation: bytes read, parsed tree, stored
+    entries) and what the open store keeps, against the file's size; and the process's peak RSS
+    above what it had before opening.
+    """
+    path = os.path.join(directory, "memory.json")
+    shape = _shapes.SHAPES["list"]
+    with StatusStore(path) as store, store.transaction():
+        for category, entries in shape.document(_shapes.count_for(shape, target)).items():
+            for key, value in entries.items():
+                store.set(category, key, value)
+    code = (
+        "import resource, sys, tracemalloc, trainstatus\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "tracemalloc.start()\n"
+        "store = trainstatus.StatusStore(sys.argv[1])\n"
+        "kept, peak = tracemalloc.get_traced_memory()\n"
+        "tracemalloc.stop()\n"
+        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(kept, peak, (after - before) * 1024)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True)
+    kept, peak, rss = map(int, done.stdout.split())
+    size = os.path.getsize(path)
+    return {"file_bytes": size, "peak_traced_bytes": peak, "kept_traced_bytes": kept, "rss_growth_bytes": rss,
+            "peak_ratio": round(peak / size, 2), "kept_ratio": round(kept / size, 2), "rss_ratio": round(rss / size, 2)}
 
 
 # -- targets -------------------------------------------------------------------------------------
 
 
 def ratio(results: dict[str, Any], size: str, a: str, b: str) -> float | None:
-    if size not in results:
+    if size not in results or a not in results[size] or b not in results[size]:
         return None
     return round(results[size][a]["p50_us"] / results[size][b]["p50_us"], 3)
 
 
-def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target of issue 4, as a ratio of p50s measured side by side in this run."""
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of issues 4 and 13, as a ratio of p50s measured side by side in this run."""
     out: list[dict[str, Any]] = []
 
-    def add(name: str, size: str, value: float | None, limit: float, at_most: bool, what: str) -> None:
+    def add(name: str, shape: str, size: str, value: float | None, limit: float, at_most: bool, what: str) -> None:
         if value is None:
             return
         met = value <= limit if at_most else value >= limit
-        out.append({"target": name, "size": size, "value": value, "limit": limit,
+        out.append({"target": name, "shape": shape, "size": size, "value": value, "limit": limit,
                     "comparison": "<=" if at_most else ">=", "met": met, "what": what})
 
-    for size in results:
-        limit = 1.15 if size in ("1KB", "32KB") else 1.05
-        for variant in ("small", "big"):
-            add(f"durable set / floor ({variant})", size, ratio(results, size, f"set_{variant}", "floor"), limit, True,
-                f"set_{variant} p50 / floor p50")
-        if size != "1KB":
+    for shape, results in report["results"].items():
+        for size in results:
+            limit = 1.25 if size == "10MB" else 1.15
             for variant in ("small", "big"):
-                add(f"ML-Agents save / durable set ({variant})", size,
-                    ratio(results, size, "mlagents", f"set_{variant}"), 8.0 if size == "1MB" else 1.0, False,
-                    f"mlagents p50 / set_{variant} p50 (how many times faster the durable set is)")
-        if size == "1KB":
-            add("durable=False set / ML-Agents save", size, ratio(results, size, "set_nd_small", "mlagents"), 0.6,
-                True, "set_nd_small p50 / mlagents p50")
-        add("durable set, history=20 / history=0", size, ratio(results, size, "set_small", "set_h0_small"), 1.1,
-            True, "set_small p50 / set_h0_small p50 (what keeping the replaced version costs)")
-        add("100-set transaction / one set", size, ratio(results, size, "tx100", "set_small"), 1.3, True,
-            "tx100 p50 / set_small p50")
-        if size == "32KB":
-            for variant in ("small", "big"):
-                add(f"get p50 in us ({variant})", size, results[size][f"get_{variant}"]["p50_us"], 10.0, True,
-                    f"get_{variant} p50, microseconds (a copy included)")
+                add(f"durable set / floor ({variant})", shape, size, ratio(results, size, f"set_{variant}", "floor"),
+                    limit, True, f"set_{variant} p50 / floor p50")
+            add("open / json.loads", shape, size, ratio(results, size, "open", "json_loads"), 1.5, True,
+                "open p50 / (read + json.loads) p50")
+            add("open / orjson.loads", shape, size, ratio(results, size, "open", "orjson_loads"), 3.0, True,
+                "open p50 / (read + orjson.loads) p50 (files without NaN)")
+            add("get / loads of its bytes", shape, size, ratio(results, size, "get_big", "decode_big"), 1.2, True,
+                "get_big p50 / loads of the same bytes p50 (orjson; json for NaN)")
+            if shape != "list":
+                continue
+            if size != "1KB":
+                for variant in ("small", "big"):
+                    add(f"ML-Agents save / durable set ({variant})", shape, size,
+                        ratio(results, size, "mlagents", f"set_{variant}"), 8.0 if size == "1MB" else 1.0, False,
+                        f"mlagents p50 / set_{variant} p50 (how many times faster the durable set is)")
+            if size == "1KB":
+                add("durable=False set / ML-Agents save", shape, size, ratio(results, size, "set_nd_small", "mlagents"),
+                    0.6, True, "set_nd_small p50 / mlagents p50")
+            add("durable set, history=20 / history=0", shape, size, ratio(results, size, "set_small", "set_h0_small"),
+                1.1, True, "set_small p50 / set_h0_small p50 (what keeping the replaced version costs)")
+            add("100-set transaction / one set", shape, size, ratio(results, size, "tx100", "set_small"), 1.3, True,
+                "tx100 p50 / set_small p50")
+    imp = report.get("import")
+    if imp:
+        add("import trainstatus - bare start (ms)", "-", "-", round(imp["import_ms"] - imp["bare_ms"], 2), 40.0, True,
+            "wall clock of python -c 'import trainstatus' minus python -c pass")
+        for command in ("help", "show"):
+            add(f"trainstatus {command} / bare start", "-", "-", round(imp[f"{command}_ms"] / imp["bare_ms"], 3), 3.0,
+                True, f"wall clock of trainstatus {command} (1 KB file) / python -c pass")
+    memory = report.get("memory")
+    if memory:
+        add("open store peak memory / file size", "list", "10MB", memory["peak_ratio"], 3.0, True,
+            "tracemalloc peak while opening / file bytes")
     return out
 
 
@@ -408,32 +488,43 @@ def human(us: float) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    results = report["results"]
-    sizes = list(results)
     lines = [
         f"trainstatus write overhead, {report['date']}",
         f"machine: {_common.describe_machine(report['machine'])}",
-        "state: " + ", ".join(f"{s} = {report['sizes'][s]['file_bytes']} bytes "
-                              f"({report['sizes'][s]['checkpoints']} checkpoints, {report['sizes'][s]['rounds']} rounds)"
-                              for s in sizes),
-        f"small key: {'/'.join(SMALL)} (an int); checkpoints list: {'/'.join(BIG)} (nearly the whole file)",
-        "",
-        "latency p50 / p99 (interleaved rounds)",
+        f"small key: {'/'.join(SMALL)} (an int); big value: the shape's biggest value (nearly the whole file for "
+        "list, nan, deep)",
     ]
-    rows = [[METHODS[m]] + [f"{human(results[s][m]['p50_us'])} / {human(results[s][m]['p99_us'])}" for s in sizes]
-            for m in METHODS]
-    lines.append(_common.table(["method", *sizes], rows))
-    lines += ["", "p50 relative to the floor (same run)"]
-    rows = [[METHODS[m]] + [f"{results[s][m]['p50_us'] / results[s]['floor']['p50_us']:.2f}x" for s in sizes]
-            for m in METHODS if not m.startswith("get")]
-    lines.append(_common.table(["method", *sizes], rows))
-    lines += ["", "targets (issue 4), ratios of p50s from this run"]
-    rows = [[t["target"], t["size"], f"{t['value']}", f"{t['comparison']} {t['limit']}", "met" if t["met"] else "MISSED"]
-            for t in report["targets"]]
-    lines.append(_common.table(["target", "size", "value", "limit", ""], rows))
+    for shape, results in report["results"].items():
+        sizes = list(results)
+        infos = report["sizes"][shape]
+        lines += [
+            "",
+            f"== shape {shape}: {_shapes.SHAPES[shape].what}; big value {'/'.join(_shapes.SHAPES[shape].big)}",
+            "state: " + ", ".join(f"{s} = {infos[s]['file_bytes']} bytes ({infos[s]['count']} {infos[s]['unit']}, "
+                                  f"{infos[s]['rounds']} rounds)" for s in sizes),
+            "latency p50 / p99 (interleaved rounds)",
+        ]
+        methods = [m for m in METHODS if m in results[sizes[0]]]
+        rows = [[METHODS[m]] + [f"{human(results[s][m]['p50_us'])} / {human(results[s][m]['p99_us'])}" for s in sizes]
+                for m in methods]
+        lines.append(_common.table(["method", *sizes], rows))
+        lines += ["p50 relative to the floor (same run)"]
+        rows = [[METHODS[m]] + [f"{results[s][m]['p50_us'] / results[s]['floor']['p50_us']:.2f}x" for s in sizes]
+                for m in methods if m not in READS]
+        lines.append(_common.table(["method", *sizes], rows))
+    lines += ["", "targets (issues 4 and 13), ratios of p50s from this run"]
+    rows = [[t["target"], t["shape"], t["size"], f"{t['value']}", f"{t['comparison']} {t['limit']}",
+             "MET" if t["met"] else "MISSED"] for t in report["targets"]]
+    lines.append(_common.table(["target", "shape", "size", "value", "limit", ""], rows))
     imp = report["import"]
-    lines += ["", f"import trainstatus: {imp['trainstatus_ms']} ms (median of {imp['runs']}, -X importtime, "
-                  f"cumulative); numpy imported: {'yes' if imp['numpy_imported'] else 'no'}"]
+    lines += ["", f"import trainstatus: {imp['trainstatus_ms']} ms (-X importtime, cumulative); wall clock: bare "
+                  f"python {imp['bare_ms']} ms, import {imp['import_ms']} ms, trainstatus --help {imp['help_ms']} ms, "
+                  f"show {imp['show_ms']} ms (medians of {imp['runs']}); numpy imported: "
+                  f"{'yes' if imp['numpy_imported'] else 'no'}"]
+    memory = report.get("memory")
+    if memory:
+        lines.append(f"memory, opening a {memory['file_bytes']}-byte file: tracemalloc peak {memory['peak_ratio']}x the "
+                     f"file, kept {memory['kept_ratio']}x, RSS growth {memory['rss_ratio']}x")
     return "\n".join(lines)
 
 
@@ -441,22 +532,28 @@ def plot(report: dict[str, Any], path: str) -> str | None:
     plt = _common.matplotlib_pyplot()
     if plt is None:
         return None
-    sizes = list(report["results"])
-    x = [report["sizes"][s]["file_bytes"] for s in sizes]
-    fig, ax = plt.subplots(figsize=(9, 6))
+    shapes = list(report["results"])
+    fig, axes = plt.subplots(1, len(shapes), figsize=(7 * len(shapes), 6), squeeze=False)
     colors = plt.get_cmap("tab20").colors
-    for (method, label), color in zip(METHODS.items(), colors[::2] + colors[1::2]):
-        y = [report["results"][s][method]["p50_us"] / 1000 for s in sizes]
-        style = "-" if not method.startswith("get") else ":"
-        ax.plot(x, y, style, marker="o", color="black" if method == "floor" else color,
-                linewidth=2.5 if method == "floor" else 1.3, label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("state size (bytes of the status file)")
-    ax.set_ylabel("p50 latency (ms)")
-    ax.set_title(f"trainstatus write overhead ({report['date'][:10]}, {report['machine']['filesystem']['type']})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    for ax, shape in zip(axes[0], shapes):
+        results = report["results"][shape]
+        sizes = list(results)
+        x = [report["sizes"][shape][s]["file_bytes"] for s in sizes]
+        for (method, label), color in zip(METHODS.items(), colors[::2] + colors[1::2]):
+            if method not in results[sizes[0]]:
+                continue
+            y = [results[s][method]["p50_us"] / 1000 for s in sizes]
+            style = ":" if method in READS else "-"
+            ax.plot(x, y, style, marker="o", color="black" if method == "floor" else color,
+                    linewidth=2.5 if method == "floor" else 1.3, label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("state size (bytes of the status file)")
+        ax.set_ylabel("p50 latency (ms)")
+        ax.set_title(f"{shape}: {_shapes.SHAPES[shape].what}", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle(f"trainstatus write overhead ({report['date'][:10]}, {report['machine']['filesystem']['type']})")
     fig.tight_layout()
     return _common.save_figure(plt, fig, path)
 
@@ -464,15 +561,17 @@ def plot(report: dict[str, Any], path: str) -> str | None:
 # -- profile -------------------------------------------------------------------------------------
 
 
-def profile(directory: str, size: str, count: int) -> None:
-    """cProfile of durable small-key sets at one state size: where the time of a set goes."""
-    bench = Bench(directory, checkpoint_count(SIZES[size]))
+def profile(directory: str, shape: _shapes.Shape, size: str, which: str) -> None:
+    """cProfile of one method at one state size: where its time goes."""
+    methods = tuple(dict.fromkeys((*CORE, which)))
+    bench = Bench(directory, shape, _shapes.count_for(shape, SIZES[size]), methods)
     try:
-        store = bench.stores["set"]
+        op = bench.methods()[which]
+        count = 300 if SIZES[size] <= 1 << 20 else 30
         profiler = cProfile.Profile()
         profiler.enable()
         for i in range(count):
-            store.set(*SMALL, i)
+            op(i)
         profiler.disable()
         stats = pstats.Stats(profiler, stream=sys.stdout)
         stats.sort_stats("tottime").print_stats(25)
@@ -496,15 +595,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 KB and 32 KB, few rounds: a smoke test")
     parser.add_argument("--sizes", help="comma-separated subset of " + ",".join(SIZES))
+    parser.add_argument("--shape", default="list", help="one of " + ", ".join(_shapes.SHAPES) + ", or all")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of rounds")
     _common.add_output_options(parser, "write_overhead")
     parser.add_argument("--dir", help="directory to measure in (default: a new temp dir; its filesystem matters)")
-    parser.add_argument("--profile", metavar="SIZE", help="only profile durable small-key sets at SIZE")
+    parser.add_argument("--profile", metavar="SIZE", help="only profile one method (--method) at SIZE")
+    parser.add_argument("--method", default="set_small", help="the method --profile runs (default set_small)")
     args = parser.parse_args(argv)
 
+    shapes = list(_shapes.SHAPES) if args.shape == "all" else [args.shape]
+    unknown_shapes = set(shapes) - set(_shapes.SHAPES)
+    if unknown_shapes:
+        parser.error(f"unknown shape {sorted(unknown_shapes)}; choose from {', '.join(_shapes.SHAPES)} or all")
     if args.profile:
+        if args.profile not in SIZES or args.method not in METHODS:
+            parser.error(f"--profile takes one of {', '.join(SIZES)}; --method one of {', '.join(METHODS)}")
         with work_directory(args.dir) as directory:
-            profile(directory, args.profile, 300 if SIZES[args.profile] <= 1 << 20 else 30)
+            profile(directory, _shapes.SHAPES[shapes[0]], args.profile, args.method)
         return 0
 
     sizes = list(QUICK_SIZES) if args.quick else list(SIZES)
@@ -515,22 +622,31 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown sizes {sorted(unknown)}; choose from {', '.join(SIZES)}")
     json_path, plot_path = _common.output_paths(args, "write_overhead")
 
-    report: dict[str, Any] = {"benchmark": "write_overhead", "format": 1, "quick": args.quick, "date": _common.now(),
-                              "methods": METHODS, "small_key": "/".join(SMALL), "big_key": "/".join(BIG),
+    report: dict[str, Any] = {"benchmark": "write_overhead", "format": 2, "quick": args.quick, "date": _common.now(),
+                              "methods": METHODS, "core": list(CORE), "small_key": "/".join(SMALL),
+                              "shapes": {name: {"what": _shapes.SHAPES[name].what,
+                                                "big_key": "/".join(_shapes.SHAPES[name].big)} for name in shapes},
                               "sizes": {}, "results": {}}
     with work_directory(args.dir) as directory:
         report["machine"] = _common.machine(directory)
-        for size in sizes:
-            rounds = QUICK_ROUNDS if args.quick else max(3, round(ROUNDS[size] * args.scale))
-            _common.print_flush(f"measuring {size} ({rounds} rounds)...")
-            sub = os.path.join(directory, size)
-            os.mkdir(sub)
-            info, results = run_size(sub, SIZES[size], rounds, 1 if args.quick else WARMUP)
-            report["sizes"][size] = info
-            report["results"][size] = results
-            shutil.rmtree(sub, ignore_errors=True)
-    report["targets"] = targets(report["results"])
-    report["import"] = import_cost(3 if args.quick else 15)
+        for name in shapes:
+            shape = _shapes.SHAPES[name]
+            methods = tuple(METHODS) if name == "list" else CORE
+            report["sizes"][name], report["results"][name] = {}, {}
+            for size in sizes:
+                table = ROUNDS if name == "list" else SHAPE_ROUNDS
+                rounds = QUICK_ROUNDS if args.quick else max(3, round(table[size] * args.scale))
+                _common.print_flush(f"measuring {name} {size} ({rounds} rounds)...")
+                sub = os.path.join(directory, f"{name}-{size}")
+                os.mkdir(sub)
+                info, results = run_size(sub, shape, SIZES[size], rounds, 1 if args.quick else WARMUP, methods)
+                report["sizes"][name][size] = info
+                report["results"][name][size] = results
+                shutil.rmtree(sub, ignore_errors=True)
+        report["import"] = import_cost(3 if args.quick else 15, directory)
+        if not args.quick:
+            report["memory"] = memory_cost(directory, SIZES["10MB"])
+    report["targets"] = targets(report)
     report["plot"] = None if args.no_plot else plot(report, plot_path)
     _common.publish(report, json_path, render)
     return 0
