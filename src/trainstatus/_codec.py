@@ -30,9 +30,11 @@ import json
 import marshal
 import math
 import operator
+import pickle
 import re
+import struct
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain, repeat
 from typing import Any, NamedTuple
 
@@ -201,14 +203,18 @@ def _dumps_at_depth(value: Any, default: Any, option: int) -> bytes:
         return orjson.dumps(value, default=default, option=option).replace(b"\n", _VALUE_INDENT)
 
 
-def _may_hold_nonfinite(value: Any) -> bool:
-    """False when ``value`` certainly holds no NaN or Infinity; True when it may.
+# What _probe_nonfinite answers.
+_NONE_THERE, _MAYBE_PLAIN, _MAYBE = 0, 1, 2
+
+
+def _probe_nonfinite(value: Any) -> int:
+    """Whether ``value`` may hold NaN or Infinity: ``_NONE_THERE``, ``_MAYBE_PLAIN`` or ``_MAYBE``.
 
     Asked only when orjson's output has a ``null``, which is what it writes for None and for
     NaN/Infinity alike. A value of builtin types only (what marshal accepts: no subclass, no
     dataclass or enum) is answered from marshal's bytes, in C, several times faster than the walk
-    of ``_Plain`` (which is what answers for every other value). A match inside a string is
-    possible; it only sends the value to that walk.
+    of ``_Plain``; ``_MAYBE_PLAIN`` says it is such a value and may hold one (a match inside a
+    string is possible), ``_MAYBE`` that some other type is in it.
     """
     if "numpy" in sys.modules:
         # marshal also takes numpy arrays and scalars (as raw bytes, where a NaN has no marker);
@@ -216,11 +222,11 @@ def _may_hold_nonfinite(value: Any) -> bool:
         try:
             orjson.dumps(value)
         except TypeError:
-            return True
+            return _MAYBE
     try:
         packed = marshal.dumps(value, _MARSHAL_VERSION)
     except ValueError:  # an object marshal does not take: the walk decides
-        return True
+        return _MAYBE
     # The last byte of a non-finite float, 0x7f or 0xff, is rare in marshal's output of ordinary
     # values, and memchr finds it far faster than the regex scans (0.05 against 9 ms per MB);
     # many of them (negative integers, reference numbers) hand over to the regex.
@@ -229,12 +235,71 @@ def _may_hold_nonfinite(value: Any) -> bool:
         at = packed.find(last, 8)
         while at != -1:
             if packed[at - 1] >= 0xF0 and packed[at - 8] in _FLOAT_CODES:
-                return True
+                return _MAYBE_PLAIN
             tried += 1
             if tried > enough:
-                return _NONFINITE_FLOAT.search(packed) is not None
+                return _MAYBE_PLAIN if _NONFINITE_FLOAT.search(packed) is not None else _NONE_THERE
             at = packed.find(last, at + 1)
-    return False
+    return _NONE_THERE
+
+
+# The fast way to NaN literals (_with_literals). pickle writes each float, wherever it is, as its
+# own b"G" record of 8 big-endian bytes (floats are never shared through pickle's memo), in C and
+# fast; a non-finite one has all 11 exponent bits set. Each such record is swapped for a finite
+# stand-in of the same length, the value is read back and encoded by orjson, and the stand-ins'
+# text is swapped for the literals Python's json writes.
+_NONFINITE_RECORD = re.compile(rb"G[\x7f\xff][\xf0-\xff][\x00-\xff]{6}")
+# Finite floats no trainer stores; if one does, the counts below do not match and the slow walk
+# writes the value instead.
+_STAND_INS = {
+    b"NaN": 1.2345678901234567e-299,
+    b"Infinity": 2.3456789012345678e-299,
+    b"-Infinity": 3.4567890123456789e-299,
+}
+_STAND_IN_RECORDS = {literal: b"G" + struct.pack(">d", x) for literal, x in _STAND_INS.items()}
+_STAND_IN_TEXT = {literal: orjson.dumps(x) for literal, x in _STAND_INS.items()}
+
+
+def _with_literals(value: Any, raw: bytes, encode: Callable[[Any], bytes]) -> bytes | None:
+    """``encode(value)`` with NaN/Infinity written as literals, at orjson's speed; None if unsure.
+
+    ``value`` is of builtin types only (``_MAYBE_PLAIN``) and ``raw`` is ``encode(value)`` as
+    orjson wrote it (non-finite floats as null). What it returns is checked, not trusted: each
+    stand-in's text must appear exactly as many times as it was put in, and with every stand-in
+    read as null the bytes must be ``raw`` itself, so a record matched by accident (bytes of an
+    integer or a length that look like a float) or a stand-in already in the data is caught, and
+    the caller takes the slow walk. Returns None when there is no non-finite float after all.
+    """
+    packed = pickle.dumps(value, protocol=5)
+    pieces: list[bytes] = []
+    counts = dict.fromkeys(_STAND_INS, 0)
+    last = 0
+    for match in _NONFINITE_RECORD.finditer(packed):
+        (number,) = struct.unpack(">d", match.group()[1:])
+        if math.isfinite(number):
+            continue  # bytes that only look like a record: the checks below catch a real mix-up
+        literal = b"NaN" if number != number else (b"Infinity" if number > 0 else b"-Infinity")
+        counts[literal] += 1
+        pieces += (packed[last:match.start()], _STAND_IN_RECORDS[literal])
+        last = match.end()
+    if not pieces:
+        return None
+    pieces.append(packed[last:])
+    try:
+        # Our own bytes of builtin types only: nothing here imports or calls anything.
+        out = encode(pickle.loads(b"".join(pieces)))
+    except Exception:  # noqa: BLE001 - a record matched by accident broke the stream: walk instead
+        return None
+    as_null = out
+    for literal, text in _STAND_IN_TEXT.items():
+        if out.count(text) != counts[literal]:
+            return None
+        as_null = as_null.replace(text, b"null")
+    if as_null != raw:
+        return None
+    for literal, text in _STAND_IN_TEXT.items():
+        out = out.replace(text, literal)
+    return out
 
 
 def _utf8(text: str) -> bytes:
@@ -299,27 +364,44 @@ def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
         raw = _dumps_value(value)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         return _refused(value, exc, path=path, category=category, key=key)
-    if b"null" in raw and _may_hold_nonfinite(value):
+    if b"null" in raw:
         # orjson writes NaN and +-Infinity as null. Only a value whose output has a null can hold
-        # one, and only one that marshal cannot clear takes the walk below.
-        converter = _Plain()
-        plain = converter(value)
-        if converter.nonfinite:
-            return Entry(_json_dumps(plain), exotic=True)
+        # one; marshal clears most of them, pickle writes most others, and the walk the rest.
+        probe = _probe_nonfinite(value)
+        if probe == _MAYBE_PLAIN:
+            fast = _with_literals(value, raw, _dumps_plain)
+            if fast is not None:
+                return Entry(fast, exotic=True)
+        if probe != _NONE_THERE:
+            converter = _Plain()
+            plain = converter(value)
+            if converter.nonfinite:
+                return Entry(_json_dumps(plain), exotic=True)
     return _new_entry(Entry, (raw, False))
+
+
+def _dumps_plain(value: Any) -> bytes:
+    """orjson's bytes, two levels deep, of a value of builtin JSON types only."""
+    return _dumps_at_depth(value, None, _OPTIONS)
 
 
 def encode_loaded(value: Any) -> Entry:
     """Encode a value read from a file (plain JSON types), keeping every number exactly."""
     try:
-        raw = _dumps_at_depth(value, None, orjson.OPT_INDENT_2)
+        raw = _dumps_plain(value)
     except TypeError:  # an integer beyond 64 bits or a lone surrogate: only json writes it back
         return Entry(_json_dumps(value), exotic=True)
-    if b"null" in raw and _may_hold_nonfinite(value):
-        converter = _Plain()
-        converter(value)
-        if converter.nonfinite:
-            return Entry(_json_dumps(value), exotic=True)
+    if b"null" in raw:
+        probe = _probe_nonfinite(value)
+        if probe == _MAYBE_PLAIN:
+            fast = _with_literals(value, raw, _dumps_plain)
+            if fast is not None:
+                return Entry(fast, exotic=True)
+        if probe != _NONE_THERE:
+            converter = _Plain()
+            converter(value)
+            if converter.nonfinite:
+                return Entry(_json_dumps(value), exotic=True)
     return Entry(raw)
 
 
