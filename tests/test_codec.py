@@ -992,3 +992,59 @@ def test_numpy_nonfinite_float16_and_float32_round_trip(tmp_path: pathlib.Path, 
     assert entry.exotic and (b"NaN" in entry.raw or b"Infinity" in entry.raw)
     assert same(decode(entry), expected), decode(entry)
     assert same(store_round_trip(tmp_path, value), expected)
+
+
+# -- issue 13: no garbage collection inside the decode of a big value ----------------------------
+
+
+def test_a_big_get_runs_no_collection_inside_and_leaves_the_collector_as_it_found_it(tmp_path: pathlib.Path) -> None:
+    import gc
+
+    value = [{"steps": i, "reward": float(i), "paths": [f"c{i}.pt"]} for i in range(20_000)]  # ~1 MB
+    runs: list[str] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            runs.append("collection")
+
+    with StatusStore(tmp_path / "status.json") as store:
+        store.set("Walker", "checkpoints", value)
+        assert len(store._lookup("Walker", "checkpoints").raw) >= _codec.PAUSE_FROM
+        gc.callbacks.append(note)
+        try:
+            assert gc.isenabled()
+            got = store.get("Walker", "checkpoints")
+            inside = len(runs)  # an int: no container made, so no collection started here
+            assert gc.isenabled()  # turned back on
+            gc.disable()
+            try:
+                store.get("Walker", "checkpoints")
+                assert not gc.isenabled()  # a program's own choice is left alone
+            finally:
+                gc.enable()
+        finally:
+            gc.callbacks.remove(note)
+    assert got == value
+    assert inside == 0  # 20,000 dicts and lists decoded: without the pause, dozens of collections
+
+
+def test_the_collector_pause_nests_across_threads() -> None:
+    import gc
+    import threading as threads
+
+    inside, release = threads.Event(), threads.Event()
+
+    def other() -> None:
+        with _codec.collector_paused():
+            inside.set()
+            release.wait(10)
+
+    worker = threads.Thread(target=other)
+    worker.start()
+    assert inside.wait(10)
+    with _codec.collector_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread is still decoding
+    release.set()
+    worker.join(10)
+    assert gc.isenabled()

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ._codec import Entry, encode_loaded, parse_document, render
+from ._codec import PAUSE_FROM, Entry, collector_paused, encode_loaded, parse_document, render
 from ._errors import TrainingStatusVersionWarning, warn
 
 __all__ = [
@@ -186,6 +186,13 @@ def _kind(value: Any) -> str:
 
 def load_document(data: bytes) -> Document:
     """Parse and validate a whole file; raise ``Corrupt`` when it is not a status document."""
+    if len(data) >= PAUSE_FROM:
+        with collector_paused():  # a big file: see _codec.collector_paused
+            return _load_document(data)
+    return _load_document(data)
+
+
+def _load_document(data: bytes) -> Document:
     if not data.strip():
         raise Corrupt("it is empty" if not data else "it holds only whitespace")
     try:
