@@ -582,3 +582,36 @@ def test_one_transaction_object_cannot_be_entered_twice(tmp_path: Path) -> None:
             transaction.__enter__()
         store.set("b", "n", 1)
     assert _on_disk(tmp_path / "status.json") == {"b": {"n": 1}}
+
+
+def test_a_handler_installed_between_two_sets_is_held_back_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_install`` skips its per-signal look when the handlers are the ones it found last time
+    (issue 13): a handler set on another signal in between must still be seen and held back."""
+    from trainstatus import _atomic
+
+    store = StatusStore(tmp_path / "status.json")
+    store.set("a", "b", 1)
+    store.set("a", "b", 2)  # the second call takes the shortcut
+    delivered: list[int] = []
+    during: list[tuple[bool, int]] = []
+    real_sync = _atomic.sync_file
+
+    def sync_and_signal(fd: int) -> None:
+        during.append((signal.getsignal(signal.SIGUSR2) is _interrupts._handler, len(delivered)))
+        os.kill(os.getpid(), signal.SIGUSR2)
+        during.append((True, len(delivered)))
+        real_sync(fd)
+
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: delivered.append(signum))
+    try:
+        monkeypatch.setattr(_atomic, "sync_file", sync_and_signal)
+        store.set("a", "b", 3)
+        assert delivered == [signal.SIGUSR2]  # delivered once the set was done...
+        assert during == [(True, 0), (True, 0)]  # ...not inside it, where _handler stood in
+        monkeypatch.setattr(_atomic, "sync_file", real_sync)
+        store.set("a", "b", 4)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+        store.close()
+    assert signal.getsignal(signal.SIGUSR2) is previous
+    assert json.loads((tmp_path / "status.json").read_bytes())["a"]["b"] == 4

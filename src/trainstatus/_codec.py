@@ -323,7 +323,13 @@ def _with_literals(value: Any, raw: bytes, encode: Callable[[Any], bytes]) -> by
     pieces.append(packed[last:])
     try:
         # Our own bytes of builtin types only: nothing here imports or calls anything.
-        out = encode(pickle.loads(b"".join(pieces)))
+        patched = b"".join(pieces)
+        if len(patched) >= PAUSE_FROM:
+            with collector_paused():  # as in decode: every container it makes is new
+                copy = pickle.loads(patched)
+        else:
+            copy = pickle.loads(patched)
+        out = encode(copy)
     except Exception:  # noqa: BLE001 - a record matched by accident broke the stream: walk instead
         return None
     as_null = out
