@@ -969,3 +969,25 @@ def test_check_of_a_fifo_does_not_block(tmp_path: Path) -> None:
     assert result.code == 2
     assert result.out.splitlines()[0] == f"error: cannot read {fifo}: not a regular file"
     assert run("get", fifo, "c", "k") == Result(2, "", error(f"cannot read {fifo}: not a regular file"))
+
+
+# -- issue 13: the parser answers without loading the store -------------------------------------
+
+
+def test_help_and_usage_errors_load_no_store_and_the_lock_modes_agree() -> None:
+    from trainstatus import _cli_main, _locking
+
+    assert _cli_main.LOCK_MODES == _locking.LOCK_MODES
+    code = (
+        "import sys\n"
+        "from trainstatus._cli_main import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit as exc:\n"
+        "    status = exc.code\n"
+        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._store', 'trainstatus._cli') if m in sys.modules)\n"
+        "print(status, heavy)\n"
+    )
+    for argv, status in ((["--help"], 0), (["show", "--help"], 0), (["diff", "--help"], 0), (["nosuch"], 2)):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip().splitlines()[-1] == f"{status} []", (argv, done.stdout, done.stderr)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Callable
 
@@ -74,7 +73,7 @@ def ensure_directory(directory: str, *, durable: bool) -> None:
 def open_temp(directory: str, name: str) -> tuple[int, str]:
     """Create a new, empty temp file beside the target; (fd, path)."""
     for _ in range(100):
-        temp = os.path.join(directory, _names.temp_name(name, secrets.token_hex(8)))
+        temp = os.path.join(directory, _names.temp_name(name, os.urandom(8).hex()))
         try:
             return os.open(temp, _OPEN_FLAGS, 0o600), temp
         except FileExistsError:

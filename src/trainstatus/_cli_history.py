@@ -12,12 +12,10 @@ import datetime
 import json
 import os
 import warnings
-from collections.abc import Callable
 
 from . import _history
 from ._cli import (
     EXIT_OK,
-    PROG,
     _Fail,
     _json,
     _label,
@@ -27,15 +25,16 @@ from ._cli import (
     _target,
     _unreadable,
 )
+from ._cli_main import CURRENT as _CURRENT
+from ._cli_main import PROG
 from ._codec import Entry, decode
 from ._load import Corrupt, Document, load_document
 from ._storage import LocalFile
 from ._store import DEFAULT_HISTORY
 
-__all__ = ["register"]
+__all__ = ["_cmd_diff", "_cmd_history", "_cmd_restore"]
 
 EXIT_DIFFERENT = 1  # diff: the versions differ (as diff(1))
-_CURRENT = "current"
 
 
 def _versions(path: str) -> list[_history.Version]:
@@ -217,45 +216,3 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 
 # -- the parser -------------------------------------------------------------------------------
-
-
-def register(command: Callable[..., argparse.ArgumentParser], locking: argparse.ArgumentParser) -> None:
-    """Add ``history``, ``diff`` and ``restore`` with ``_cli``'s ``command`` factory."""
-    history = command("history", _cmd_history, "list the earlier versions kept beside the file", """\
-a store keeps the version each write replaces as .<file>.history-<n> beside the file (the newest
-20 by default; StatusStore(..., history=N), history=0 for none). One line per version, newest
-first: its number, when it was written, its size and which keys changed from the version before.
-Reads only.
-
-example:
-  trainstatus history results/run1/run_logs/training_status.json
-""")
-    history.add_argument("path", metavar="PATH", help="the status file")
-
-    diff = command("diff", _cmd_diff, "compare two versions key by key", """\
-OLD and NEW are version numbers from `trainstatus history`, or "current" (the file itself).
-Without them: the newest kept version against the file. Lines: + key added, - key removed,
-~ key changed (old -> new). Exit status 0 when they are the same, 1 when they differ, 2 on error.
-
-examples:
-  trainstatus diff results/run1/run_logs/training_status.json
-  trainstatus diff results/run1/run_logs/training_status.json 12 14
-  trainstatus diff --json results/run1/run_logs/training_status.json 12
-""")
-    diff.add_argument("path", metavar="PATH", help="the status file")
-    diff.add_argument("old", metavar="OLD", nargs="?", help="a version number (default: the newest kept)")
-    diff.add_argument("new", metavar="NEW", nargs="?", help=f"a version number or {_CURRENT} (default)")
-    diff.add_argument("--json", action="store_true",
-                      help="a JSON list of {change, category, key, old, new} for scripts")
-
-    restore = command("restore", _cmd_restore, "put an earlier version back (locked, atomic, durable)", """\
-the version's bytes replace the file under the lock with the atomic write protocol, and the
-version replaced is kept in the history like any other write's, so a restore can be undone by
-restoring that one (the command prints how). A running trainer sees the restored file at its next
-write, as another writer's change: its own later changes go on top, key by key.
-
-example:
-  trainstatus restore results/run1/run_logs/training_status.json 12
-""", parents=[locking])
-    restore.add_argument("path", metavar="PATH", help="the status file")
-    restore.add_argument("version", metavar="VERSION", help="a version number from `trainstatus history`")

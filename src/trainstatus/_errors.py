@@ -11,11 +11,13 @@ processes and ship exceptions between them (multiprocessing, concurrent.futures)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import warnings
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (5-10 ms of `import trainstatus`)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "TrainingStatusCheckpointError",
@@ -227,13 +229,16 @@ class TrainingStatusCheckpointWarning(TrainingStatusWarning):
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-# contextlib's frames sit between a ``with store.transaction():`` block and our code.
-_SKIPPED_FILES = {os.path.abspath(contextlib.__file__)}
 
 
 def _ours(filename: str) -> bool:
     path = os.path.abspath(filename)
-    return os.path.dirname(path) == _PACKAGE_DIR or path in _SKIPPED_FILES
+    if os.path.dirname(path) == _PACKAGE_DIR:
+        return True
+    # contextlib's frames sit between a ``with store.transaction():`` block and our code (a
+    # warning is issued from a store, which imported contextlib long before).
+    source = getattr(sys.modules.get("contextlib"), "__file__", None)
+    return source is not None and path == os.path.abspath(source)
 
 
 def warn(warning: TrainingStatusWarning) -> None:

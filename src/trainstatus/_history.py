@@ -22,18 +22,20 @@ count is that of the writer that prunes: writers of one file should use one ``hi
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
+from typing import NamedTuple
 
 from . import _names
 
 __all__ = ["Version", "next_slot", "prune", "read", "versions"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Version:
-    """One kept version: its number, where it is, when it was written, its size."""
+class Version(NamedTuple):
+    """One kept version: its number, where it is, when it was written, its size.
+
+    A NamedTuple rather than a frozen dataclass: no ``exec`` at import.
+    """
 
     sequence: int
     path: str

@@ -17,13 +17,13 @@ load), until trainstatus first rewrites them in its own layout.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ._codec import PAUSE_FROM, Entry, collector_paused, encode_loaded, parse_document, render
 from ._errors import TrainingStatusVersionWarning, warn
+from ._version import STATUS_FORMAT_VERSION
 
 __all__ = [
     "DOWNGRADE_ADVICE",
@@ -39,8 +39,6 @@ __all__ = [
     "load_document",
 ]
 
-STATUS_FORMAT_VERSION = "0.3.0"
-"""The layout version written in ``metadata.stats_format_version``; ML-Agents' current one."""
 
 METADATA = "metadata"
 # How the version warning says to rewrite a newer format anyway; the command line puts its flag here.
@@ -104,13 +102,30 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_MAX else text[: _SHOWN_MAX - 3] + "..."
 
 
-@dataclasses.dataclass
 class Document:
-    categories: dict[str, dict[str, Entry]]
-    metadata: dict[str, Any] | None  # None: the file has no metadata block
-    skipped: list[str] = dataclasses.field(default_factory=list)  # newer-format entries not read
-    # Names given more than once in one object, in file order; empty for almost every file.
-    duplicates: list[Duplicate] = dataclasses.field(default_factory=list)
+    """A status file read: its categories, its metadata block, and what reading it noticed.
+
+    A plain class rather than a dataclass: making a dataclass runs ``exec`` at import (a few ms
+    of every ``import trainstatus``).
+    """
+
+    __slots__ = ("categories", "duplicates", "metadata", "skipped")
+
+    def __init__(
+        self,
+        categories: dict[str, dict[str, Entry]],
+        metadata: dict[str, Any] | None,  # None: the file has no metadata block
+        skipped: list[str] | None = None,  # newer-format entries not read
+        duplicates: list[Duplicate] | None = None,  # names given more than once, in file order
+    ) -> None:
+        self.categories = categories
+        self.metadata = metadata
+        self.skipped = [] if skipped is None else skipped
+        self.duplicates = [] if duplicates is None else duplicates
+
+    def __repr__(self) -> str:
+        return (f"Document({len(self.categories)} categories, metadata={self.metadata is not None}, "
+                f"skipped={self.skipped!r}, duplicates={len(self.duplicates)})")
 
 
 class _Repeated(dict):  # type: ignore[type-arg]

@@ -39,12 +39,17 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
-
-import filelock
+from typing import TYPE_CHECKING, Any
 
 from . import _interrupts
 from ._errors import TrainingStatusLockTimeout, TrainingStatusWriteError
+
+if TYPE_CHECKING:
+    import filelock
+else:
+    from ._lazy import lazy_module
+
+    filelock = lazy_module("filelock")  # imported by the first lock taken (see _lazy)
 
 __all__ = ["LOCK_MODES", "SOFT_LEASE_SECONDS", "Descriptor", "PathLock", "close_all", "generation", "lock_for"]
 

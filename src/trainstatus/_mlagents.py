@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib.metadata
 import os
 import sys
 import threading
@@ -48,6 +47,8 @@ def _running_version(module: str, distribution: str) -> str | None:
     if version is not None:
         return str(version)  # torch's is a TorchVersion, a str subclass
     try:
+        import importlib.metadata  # 20-30 ms: only when a metadata block is made
+
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None

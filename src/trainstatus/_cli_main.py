@@ -1,0 +1,303 @@
+"""The command line's parser and entry point, kept light: ``trainstatus --help`` imports no store.
+
+The commands themselves live in ``_cli`` (and ``_cli_history``), imported once the arguments are
+parsed: a mistyped option or ``--help`` answers without loading orjson, filelock or the store
+(about 60 ms of a 100 ms start, issue 13).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing and collections.abc are not needed to answer --help
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+from ._version import STATUS_FORMAT_VERSION, __version__
+
+__all__ = ["CURRENT", "DEFAULT_LOCK_TIMEOUT", "LOCK_MODES", "PROG", "main"]
+
+PROG = "trainstatus"
+DEFAULT_LOCK_TIMEOUT = 30.0
+CURRENT = "current"  # diff/restore: the file itself, as opposed to a kept version
+# _locking.LOCK_MODES, spelled out so the parser does not import the locking module (a test checks
+# that the two agree).
+LOCK_MODES = ("flock", "soft")
+
+
+class _Command:
+    """A command's function, named rather than imported: the module is loaded when it runs."""
+
+    def __init__(self, module: str, function: str) -> None:
+        self.module = module
+        self.function = function
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        run: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(f".{self.module}", __package__), self.function)
+        return run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (the console script exits with it)."""
+    args = _parser().parse_args(argv)
+    from ._cli import run  # the commands, and everything they use
+
+    return run(args)
+
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+_TOP_EPILOG = """\
+commands that change the file (set, delete, corrupt restore) take the lock beside it and write
+atomically and durably, like a trainer's own writes; the others only read.
+
+exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: warnings;
+2 an error (missing, unreadable or damaged file, bad value, lock held too long, bad usage),
+check: corrupt, unreadable or a name given more than once.
+
+PATH is a local file; s3:// and other URLs are refused (open s3:// from Python).
+
+example:
+  trainstatus show results/run1/run_logs/training_status.json
+"""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, which also says how to pass a VALUE that starts with "-".
+
+    argparse takes such a VALUE (``-x``, ``-Infinity``, ``-1e5``; only plain negative numbers such as
+    ``-3`` pass) for an option and then reports VALUE as missing, which sends the user looking in the
+    wrong place.
+    """
+
+    _given: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> Any:  # argparse's own is NoReturn; it exits here too
+        if "required: " in message and "VALUE" in message.split("required: ", 1)[1]:
+            dashed = next((arg for arg in self._given if arg.startswith("-") and arg != "--"
+                           and arg.split("=", 1)[0] not in self._option_string_actions), None)
+            if dashed is not None:
+                rest = [arg for arg in self._given if arg is not dashed]
+                example = shlex.join([*self.prog.split(), *rest, "--", dashed])
+                message = f"VALUE {dashed!r} starts with '-': pass it after --, as in: {example}"
+        super().error(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Look at, fix and check a trainstatus / ML-Agents training_status.json.",
+        epilog=_TOP_EPILOG,
+        formatter_class=_FORMATTER,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    locking = argparse.ArgumentParser(add_help=False)
+    locking.add_argument(
+        "--lock-timeout", type=_seconds, default=DEFAULT_LOCK_TIMEOUT, metavar="SECONDS",
+        help=f"wait at most this long for the lock (default {DEFAULT_LOCK_TIMEOUT:g}) when a "
+             "trainer is writing or in a transaction",
+    )
+    locking.add_argument(
+        "--lock", choices=LOCK_MODES, default="flock",
+        help="how writers exclude each other: flock (the default), or soft for a file on NFS or "
+             "another shared filesystem that trainers on several machines open with lock=\"soft\"",
+    )
+
+    writing = argparse.ArgumentParser(add_help=False)
+    writing.add_argument(
+        "--allow-downgrade", action="store_true",
+        help=f"rewrite a file of a newer format version in format {STATUS_FORMAT_VERSION}, dropping "
+             "what this trainstatus does not understand (without it such a file is never written)",
+    )
+
+    def command(name: str, run: Callable[[argparse.Namespace], int], help: str, epilog: str,
+                parents: Sequence[argparse.ArgumentParser] = (), on: Any = commands) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = on.add_parser(
+            name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
+            formatter_class=_FORMATTER, parents=list(parents),
+        )
+        sub.set_defaults(run=run)
+        return sub
+
+    show = command("show", _Command("_cli", "_cmd_show"), "print the file grouped by category, metadata first", """\
+checkpoint lists (lists of objects with "steps" and "file_path") are summarised: how many,
+the newest step and its file. Reads only; warns about the format version like a store would.
+
+examples:
+  trainstatus show results/run1/run_logs/training_status.json
+  trainstatus show --json results/run1/run_logs/training_status.json | jq .Walker.final_checkpoint
+""")
+    show.add_argument("path", metavar="PATH", help="the status file")
+    show.add_argument("--json", action="store_true",
+                      help="the whole document as JSON (NaN/Infinity as Python's json writes them; "
+                           "categories in file order, metadata last)")
+
+    get = command("get", _Command("_cli", "_cmd_get"), "print one value as JSON", """\
+exit status 1 (with a message on stderr) when the key is not set. The metadata block reads as
+category "metadata".
+
+examples:
+  trainstatus get results/run1/run_logs/training_status.json wall_height lesson_num
+  trainstatus get results/run1/run_logs/training_status.json metadata stats_format_version
+""")
+    get.add_argument("path", metavar="PATH", help="the status file")
+    get.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
+    get.add_argument("key", metavar="KEY")
+    get.add_argument("--compact", action="store_true", help="on one line, without indentation")
+
+    set_ = command("set", _Command("_cli", "_cmd_set"), "store one value (locked, atomic, durable)", """\
+how VALUE is read:
+  - as JSON: 3, -2.5, true, false, null, "text", [1, 2], {"steps": 10}, and NaN, Infinity,
+    -Infinity as Python's json and ML-Agents write them. An object may not give a key twice.
+  - a VALUE that starts with [, {, ", a digit or - (after spaces) must be valid JSON: if it is
+    not, nothing is written and the error says where it fails.
+  - Python's spellings (True, None, nan, inf and other cases of them) and numbers JSON does not
+    write that way (+5, .5, 1_000, 007) are errors naming the JSON spelling.
+  - any other text (hello, Walker-500000.onnx, an empty string) is stored as that string.
+  - --string stores VALUE as the string it is, whatever it looks like.
+A VALUE that starts with "-" (other than a plain negative number such as -3) goes after --.
+The file is created when absent (its directory must exist). Prints the old and new value.
+A file of a newer format version is not rewritten unless --allow-downgrade is given.
+
+examples:
+  trainstatus set results/run1/run_logs/training_status.json wall_height lesson_num 2
+  trainstatus set results/run1/run_logs/training_status.json Walker note --string True
+  trainstatus set results/run1/run_logs/training_status.json SoccerTwos elo -- -Infinity
+""", parents=[locking, writing])
+    set_.add_argument("path", metavar="PATH", help="the status file")
+    set_.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name ('metadata' is reserved)")
+    set_.add_argument("key", metavar="KEY")
+    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below)")
+    set_.add_argument("--string", action="store_true", help="store VALUE as a string, never as JSON")
+
+    delete = command("delete", _Command("_cli", "_cmd_delete"), "remove one key (locked, atomic, durable)", """\
+a category whose last key goes is removed too. Exit status 1 (and nothing written) when the key
+is not set. A file of a newer format version is not rewritten unless --allow-downgrade is given.
+
+example:
+  trainstatus delete results/run1/run_logs/training_status.json Walker final_checkpoint
+""", parents=[locking, writing])
+    delete.add_argument("path", metavar="PATH", help="the status file")
+    delete.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
+    delete.add_argument("key", metavar="KEY")
+
+    check = command("check", _Command("_cli", "_cmd_check"), "validate the file without changing anything", """\
+one line per finding: whether the file parses as a status document, any name given twice in one
+object (a key or a category: only the last is read, and a write keeps only it), its format
+version and metadata, whether the lock (or a soft lock's lease: holder, host, age) is held right
+now, temp files or leases left by a killed writer, copies kept aside. Nothing is moved, created or
+locked for longer than an instant.
+
+--files also checks that every checkpoint file listed (checkpoints lists and final_checkpoint
+entries, main and auxiliary files) exists, under --root DIR for relative paths.
+
+exit status: 0 sound, 1 warnings, 2 corrupt, unreadable, or a name given more than once.
+
+examples:
+  trainstatus check results/run1/run_logs/training_status.json
+  trainstatus check --files results/run1/run_logs/training_status.json
+""")
+    check.add_argument("path", metavar="PATH", help="the status file")
+    check.add_argument("--files", action="store_true",
+                       help="also check that every file a checkpoints list or final_checkpoint names "
+                            "exists (a warning for each missing one)")
+    check.add_argument("--root", metavar="DIR",
+                       help="with --files: the directory relative file paths are under (default: the "
+                            "current directory, as mlagents-learn resolves them)")
+
+    corrupt = command("corrupt", _Command("_cli", "_no_subcommand"), "list or restore copies kept aside", """\
+a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and
+starts empty; restore also keeps the file it replaces under such a name.
+
+examples:
+  trainstatus corrupt list results/run1/run_logs/training_status.json
+  trainstatus corrupt restore results/run1/run_logs/training_status.json \\
+      results/run1/run_logs/training_status.json.corrupt-20250101T120000.000000Z
+""")
+    corrupt_commands = corrupt.add_subparsers(dest="corrupt_command", metavar="COMMAND", required=True)
+    listing = command("list", _Command("_cli", "_cmd_corrupt_list"), "list the copies kept aside, newest first", """\
+each with its size and whether it parses as a status document (only those can be restored).
+
+example:
+  trainstatus corrupt list results/run1/run_logs/training_status.json
+""", on=corrupt_commands)
+    listing.add_argument("path", metavar="PATH", help="the status file")
+    restore = command("restore", _Command("_cli", "_cmd_corrupt_restore"), "put a copy kept aside back in place", """\
+only a copy that parses as a status document is restored, byte for byte, under the lock with the
+atomic write protocol. The current file, if any, is first kept aside under a new
+<file>.corrupt-<UTC time> name, so nothing is lost and the restore can be undone the same way.
+The copy itself stays where it is.
+
+example:
+  trainstatus corrupt restore results/run1/run_logs/training_status.json \\
+      training_status.json.corrupt-20250101T120000.000000Z
+""", parents=[locking], on=corrupt_commands)
+    restore.add_argument("path", metavar="PATH", help="the status file")
+    restore.add_argument("copy", metavar="COPY",
+                         help="the copy, as `corrupt list` prints it or by its name alone")
+
+    _history_commands(command, locking)
+    return parser
+
+
+def _history_commands(command: Callable[..., argparse.ArgumentParser], locking: argparse.ArgumentParser) -> None:
+    """Add ``history``, ``diff`` and ``restore`` (run by ``_cli_history``)."""
+    history = command("history", _Command("_cli_history", "_cmd_history"), "list the earlier versions kept beside the file", """\
+a store keeps the version each write replaces as .<file>.history-<n> beside the file (the newest
+20 by default; StatusStore(..., history=N), history=0 for none). One line per version, newest
+first: its number, when it was written, its size and which keys changed from the version before.
+Reads only.
+
+example:
+  trainstatus history results/run1/run_logs/training_status.json
+""")
+    history.add_argument("path", metavar="PATH", help="the status file")
+
+    diff = command("diff", _Command("_cli_history", "_cmd_diff"), "compare two versions key by key", """\
+OLD and NEW are version numbers from `trainstatus history`, or "current" (the file itself).
+Without them: the newest kept version against the file. Lines: + key added, - key removed,
+~ key changed (old -> new). Exit status 0 when they are the same, 1 when they differ, 2 on error.
+
+examples:
+  trainstatus diff results/run1/run_logs/training_status.json
+  trainstatus diff results/run1/run_logs/training_status.json 12 14
+  trainstatus diff --json results/run1/run_logs/training_status.json 12
+""")
+    diff.add_argument("path", metavar="PATH", help="the status file")
+    diff.add_argument("old", metavar="OLD", nargs="?", help="a version number (default: the newest kept)")
+    diff.add_argument("new", metavar="NEW", nargs="?", help=f"a version number or {CURRENT} (default)")
+    diff.add_argument("--json", action="store_true",
+                      help="a JSON list of {change, category, key, old, new} for scripts")
+
+    restore = command("restore", _Command("_cli_history", "_cmd_restore"), "put an earlier version back (locked, atomic, durable)", """\
+the version's bytes replace the file under the lock with the atomic write protocol, and the
+version replaced is kept in the history like any other write's, so a restore can be undone by
+restoring that one (the command prints how). A running trainer sees the restored file at its next
+write, as another writer's change: its own later changes go on top, key by key.
+
+example:
+  trainstatus restore results/run1/run_logs/training_status.json 12
+""", parents=[locking])
+    restore.add_argument("path", metavar="PATH", help="the status file")
+    restore.add_argument("version", metavar="VERSION", help="a version number from `trainstatus history`")
