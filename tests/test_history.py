@@ -98,20 +98,50 @@ def test_only_the_newest_versions_are_kept_and_pruned_off_the_writers_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads = []
-    real_prune = _history.prune
+    real_prune, real_prune_one = _history.prune, _history.prune_one
 
     def prune(directory: str, name: str, keep: int) -> None:
         threads.append(threading.current_thread().name)
         real_prune(directory, name, keep)
 
+    def prune_one(directory: str, name: str, keep: int, newest: int) -> bool:
+        threads.append(threading.current_thread().name)
+        return real_prune_one(directory, name, keep, newest)
+
     monkeypatch.setattr(_history, "prune", prune)
+    monkeypatch.setattr(_history, "prune_one", prune_one)
     path = tmp_path / "status.json"
     store, written = lessons(path, 12, history=4)
+    _storage._closer.wait(10)
     versions = kept(path)
     assert [v.sequence for v in versions] == [8, 9, 10, 11]
     assert [Path(v.path).read_bytes() for v in versions] == written[7:11]
     assert threads and set(threads) == {"trainstatus-closer"}
     store.close()
+
+
+def test_versions_another_keep_left_are_pruned_at_once(tmp_path: Path) -> None:
+    """Pruning unlinks version ``newest - keep`` by its number (issue 13); where the numbers came
+    from a listing (a new store, another writer's write) the directory is listed again, so versions
+    that a store with a larger history= left are pruned at the first write, not every 64th."""
+    path = tmp_path / "status.json"
+    wide = StatusStore(path, history=6)
+    for i in range(8):
+        wide.set("wall", "lesson", i)
+    _storage._closer.wait(10)
+    assert len(kept(path)) == 6
+    narrow = StatusStore(path, history=3)
+    for i in range(5):
+        narrow.set("wall", "lesson", 10 + i)
+        _storage._closer.wait(10)
+        assert len(kept(path)) == 3
+    wide.set("wall", "other", 1)  # reads narrow's writes, numbers from a listing: keeps up to 6
+    narrow.set("wall", "lesson", 20)  # reads wide's, lists again
+    _storage._closer.wait(10)
+    assert len(kept(path)) == 3
+    assert [v.sequence for v in kept(path)] == sorted(v.sequence for v in kept(path))
+    wide.close()
+    narrow.close()
 
 
 def test_history_0_keeps_nothing(tmp_path: Path) -> None:

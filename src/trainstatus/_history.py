@@ -106,6 +106,21 @@ def read(version: Version) -> bytes:
         return f.read()
 
 
+def prune_one(directory: str, name: str, keep: int, newest: int) -> bool:
+    """Remove the version that ``newest`` pushed out of the newest ``keep``; whether one was there.
+
+    Versions are numbered one after the other, so after version ``newest`` is kept the one to go
+    is ``newest - keep``: one unlink, no listing of the directory. Where numbers were skipped
+    (another writer's history=0 write, a version that could not be kept) nothing is there, and
+    the caller lists the directory (``prune``) instead.
+    """
+    try:
+        os.unlink(os.path.join(directory, _names.history_name(name, newest - keep)))
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def prune(directory: str, name: str, keep: int) -> None:
     """Remove all but the newest ``keep`` versions (called off the write's path)."""
     found = _numbered(directory, name)

@@ -285,6 +285,7 @@ class LocalFile(Storage):
         # The number the version now in the file gets in the history, and whether it is kept
         # already; None: find out from the directory (after a read: another writer's version).
         self._slot: tuple[int, bool] | None = None
+        self._prune_all = True  # the next prune lists the directory (see _written)
         self._unkept: TrainingStatusHistoryWarning | None = None  # reported once the write is in
 
     @property
@@ -497,6 +498,7 @@ class LocalFile(Storage):
             for _ in range(2):
                 if self._slot is None:
                     self._slot = _history.next_slot(self._directory, self._name, self._version[:2])
+                    self._prune_all = True  # numbers found by a listing: the next prune lists too
                 sequence, done = self._slot
                 if done:
                     return sequence
@@ -537,7 +539,21 @@ class LocalFile(Storage):
             return
         self._slot = (kept + 1, False)
         if kept > self._keep:
-            _closer.later((self._directory, self._name), lambda: _history.prune(self._directory, self._name, self._keep))
+            directory, name, keep = self._directory, self._name, self._keep
+            # Every write pushes one version out: its unlink alone, on the closer thread. Listing
+            # the directory each time kept that thread in Python, contending for the GIL with the
+            # writes themselves (80 µs per flock on a small durable=False set, issue 13). The full
+            # prune runs when the numbers came from a listing (the first write of a store, or one
+            # after another writer's: versions another keep= left may be there), when that version
+            # is not where its number says, and every 64th write.
+            everything = self._prune_all or kept % 64 == 0
+            self._prune_all = False
+
+            def job() -> None:
+                if everything or not _history.prune_one(directory, name, keep, kept):
+                    _history.prune(directory, name, keep)
+
+            _closer.later((directory, name), job)
 
     def take_warning(self) -> TrainingStatusWarning | None:
         unkept, self._unkept = self._unkept, None
