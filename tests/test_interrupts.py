@@ -125,6 +125,12 @@ def _in_memory(store: StatusStore) -> dict[str, Any]:
 
 
 def _assert_nothing_held(store: StatusStore, path: Path) -> None:
+    # An interrupted wait may leave its flock blocked on a thread of its own (_locking._KernelWait):
+    # once the lock is free it takes it, sees it was given up and lets go. Wait for that first.
+    for thread in threading.enumerate():
+        if thread.name == "trainstatus-lock-wait":
+            thread.join(10)
+            assert not thread.is_alive(), "a given-up flock wait never returned"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     state = _interrupts.state
     assert (state.depth, state.users, state.pending, state.waiting) == (0, 0, [], False)

@@ -82,12 +82,28 @@ def _numbered(directory: str, name: str) -> list[tuple[int, str]]:
     return found
 
 
-def next_slot(directory: str, name: str, current: tuple[int, int] | None) -> tuple[int, bool]:
+def next_slot(directory: str, name: str, current: tuple[int, int] | None, after: int | None = None) -> tuple[int, bool]:
     """(the number the version now in the file gets, whether it is already kept under it).
 
     ``current`` is the file's (st_dev, st_ino). Only the newest kept version is looked at.
+    ``after``: a number known to be kept (or about to be, by the writer after us): the versions
+    after it are looked up by name, one ``lstat`` each, rather than by listing the directory. That
+    is what a write after another process's write does (two or three lookups against a listing of
+    the whole history: issue 13); when ``after`` is not there, the directory is listed.
     """
-    found = _numbered(directory, name)
+    found: list[tuple[int, str]] | None = None
+    if after is not None and after > 0:
+        path = os.path.join(directory, _names.history_name(name, after))
+        if os.path.isfile(path) and not os.path.islink(path):
+            sequence = after
+            while True:
+                following = os.path.join(directory, _names.history_name(name, sequence + 1))
+                if not os.path.isfile(following) or os.path.islink(following):
+                    break
+                sequence, path = sequence + 1, following
+            found = [(sequence, path)]
+    if found is None:
+        found = _numbered(directory, name)
     if not found:
         return 1, False
     sequence, path = found[-1]
@@ -107,18 +123,22 @@ def read(version: Version) -> bytes:
 
 
 def prune_one(directory: str, name: str, keep: int, newest: int) -> bool:
-    """Remove the version that ``newest`` pushed out of the newest ``keep``; whether one was there.
+    """Remove the versions that ``newest`` pushed out of the newest ``keep``; whether one was there.
 
     Versions are numbered one after the other, so after version ``newest`` is kept the one to go
-    is ``newest - keep``: one unlink, no listing of the directory. Where numbers were skipped
-    (another writer's history=0 write, a version that could not be kept) nothing is there, and
-    the caller lists the directory (``prune``) instead.
+    is ``newest - keep``, and any just below it that a store with a larger ``history=`` left: one
+    unlink each, down to the first number not there, no listing of the directory. Where numbers
+    were skipped (a version that could not be kept) the caller lists the directory (``prune``).
     """
-    try:
-        os.unlink(os.path.join(directory, _names.history_name(name, newest - keep)))
-    except FileNotFoundError:
-        return False
-    return True
+    number, removed = newest - keep, False
+    while number > 0:
+        try:
+            os.unlink(os.path.join(directory, _names.history_name(name, number)))
+        except FileNotFoundError:
+            break
+        removed = True
+        number -= 1
+    return removed
 
 
 def prune(directory: str, name: str, keep: int) -> None:

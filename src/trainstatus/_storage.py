@@ -286,6 +286,9 @@ class LocalFile(Storage):
         # already; None: find out from the directory (after a read: another writer's version).
         self._slot: tuple[int, bool] | None = None
         self._prune_all = True  # the next prune lists the directory (see _written)
+        # A version number known to be kept (the one our last write's version gets from the next
+        # writer), for next_slot to look up from after another process wrote; None: list.
+        self._known: int | None = None
         self._unkept: TrainingStatusHistoryWarning | None = None  # reported once the write is in
 
     @property
@@ -497,8 +500,10 @@ class LocalFile(Storage):
         try:
             for _ in range(2):
                 if self._slot is None:
-                    self._slot = _history.next_slot(self._directory, self._name, self._version[:2])
-                    self._prune_all = True  # numbers found by a listing: the next prune lists too
+                    after, self._known = self._known, None
+                    self._slot = _history.next_slot(self._directory, self._name, self._version[:2], after)
+                    if after is None:
+                        self._prune_all = True  # numbers found by a listing: the next prune lists too
                 sequence, done = self._slot
                 if done:
                     return sequence
@@ -515,7 +520,7 @@ class LocalFile(Storage):
         except FileNotFoundError:
             return None  # removed meanwhile: nothing to keep
         except OSError as exc:
-            self._slot = None
+            self._slot = self._known = None
             self._unkept = (TrainingStatusHistoryWarning(
                 f"Could not keep the version of {self.location} that this write replaces in its "
                 f"history ({kept}): {exc.strerror or exc}. The write goes on; that version is "
@@ -538,6 +543,7 @@ class LocalFile(Storage):
             self._slot = None
             return
         self._slot = (kept + 1, False)
+        self._known = kept  # kept a moment ago: a reload's next_slot looks up from here
         if kept > self._keep:
             directory, name, keep = self._directory, self._name, self._keep
             # Every write pushes one version out: its unlink alone, on the closer thread. Listing

@@ -78,6 +78,10 @@ _FIRST_BACKOFF = 0.01
 _LONGEST_BACKOFF = 1.0
 
 
+# How often a store removes temp files of dead writers after another process's write (see _sync).
+_CLEANUP_EVERY = 1.0
+
+
 def _path_option(path: Any) -> str:
     """``path`` as ``open()`` takes it (str, bytes or os.PathLike), as a str."""
     try:
@@ -411,6 +415,7 @@ class StatusStore:
         self._forked_in_transaction = False
         self._closed = False
         self._cleaned = False
+        self._last_cleanup = -_CLEANUP_EVERY  # when _sync last removed leftovers (monotonic)
         self._own_metadata = self._metadata_entries(metadata or {})
         self._doc: dict[str, dict[str, Entry]] = {}
         self._meta: dict[str, Entry] = {}
@@ -1039,7 +1044,13 @@ class StatusStore:
         if self._storage.changed() if ask else self._storage.stale():
             logger.debug("%s changed on disk; merging", self._location)
             self._load(initial=False, locked=True)
-            self._storage.cleanup()  # a change we did not make: its writer may have died since
+            # A change we did not make: its writer may have died since, leaving a temp file. At
+            # most once a second: processes taking turns on one file reload at every write, and a
+            # listing of the directory each time was a fifth of the handoff (issue 13).
+            now = time.monotonic()
+            if now - self._last_cleanup >= _CLEANUP_EVERY:
+                self._last_cleanup = now
+                self._storage.cleanup()
 
     def _commit(self) -> None:
         """Write ``_doc`` with ``_pending`` laid over it (guard held; lock taken if not held)."""
