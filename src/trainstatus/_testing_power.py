@@ -123,16 +123,19 @@ class Hook:
 class Interposer:
     """Route the os calls that touch ``root`` through ``hook`` while active (a context manager).
 
-    Calls from every thread are shown, one at a time (a lock is held from ``before`` to ``after``,
-    so the order of the hook's calls is the order the calls took effect in); the hook's own os
-    calls pass straight through. ``real`` holds the original functions.
+    Only calls from the thread that entered are shown, or with ``all_threads`` those of every
+    thread (the history's pruning runs on a background thread), one at a time: a lock is held from
+    ``before`` to ``after``, so the order of the hook's calls is the order the calls took effect
+    in. The hook's own os calls pass straight through. ``real`` holds the original functions.
 
     The functions are replaced on the ``os`` this module sees, which is the one every trainstatus
     module sees: the real module, or under pyfakefs its fake one.
     """
 
-    def __init__(self, root: str | os.PathLike[str], hook: Hook) -> None:
+    def __init__(self, root: str | os.PathLike[str], hook: Hook, *, all_threads: bool = False) -> None:
         self.os: Any = os
+        self.all_threads = all_threads
+        self._thread = threading.get_ident()
         self.root = self.os.path.realpath(root)
         self.hook = hook
         self.real: dict[str, Callable[..., Any]] = {name: getattr(self.os, name) for name in PATCHED
@@ -143,6 +146,7 @@ class Interposer:
         self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> Interposer:
+        self._thread = threading.get_ident()
         own = vars(self.os)
         for name, real in self.real.items():
             self._saved[name] = own.get(name, _MISSING)
@@ -188,7 +192,7 @@ class Interposer:
         local = self._local
 
         def interposed(*args: Any, **kwargs: Any) -> Any:
-            if getattr(local, "busy", False):
+            if getattr(local, "busy", False) or not (self.all_threads or threading.get_ident() == self._thread):
                 return real(*args, **kwargs)
             with self._lock:
                 paths = self._paths(name, args, kwargs)
@@ -323,7 +327,7 @@ class Recorder(Hook):
         self.ops: list[Op] = []
         self.modes: list[dict[str, int]] = []
         self.watch = watch
-        self.interposer = Interposer(self.root, self)
+        self.interposer = Interposer(self.root, self, all_threads=True)
         self._fd: dict[int, tuple[str, Any]] = {}  # fd -> ("file", inode) | ("dir", rel) | ("ignored", None)
         self._offset: dict[int, int] = {}
         self._existed: bool = False
