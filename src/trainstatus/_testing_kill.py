@@ -267,6 +267,12 @@ class _Session:
         _storage._closer.wait()
         assert self.saved is not None and self.kill.root is not None
         restore(self.saved, self.kill.root)
+        # The dead stores keep this session (for their message), and it the exception: without
+        # its traceback the killed frames (and what they held open) go now, not at some later GC.
+        self.exception.__traceback__ = None
+        self.exception.__context__ = None
+        self.dead.clear()
+        self.saved = None
 
 
 _active: list[_Session] = []  # at most one: the observer slot is one
@@ -346,7 +352,7 @@ def kill_at(write: int, point: str, *, root: str | os.PathLike[str] | None = Non
         made = {1: "1 write"}.get(session.count, f"{session.count} writes")
         reason = ""
         if point in _ONLY_DURABLE and write <= session.count:
-            reason = f"; write {write} never reached {point!r}: is its store opened with durable=False?"
+            reason = f"; write {write} never reached {point!r} (a store opened with durable=False syncs nothing)"
         raise TrainingStatusTestError(
             f"kill_at({write}, {point!r}) never killed: the block made {made}{reason}. Kill at a write "
             "and point the scenario reaches (crash_points(writes=...) with its number of writes)."
