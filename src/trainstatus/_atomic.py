@@ -170,11 +170,16 @@ def sync_directory(directory: str) -> None:
 
 
 def discard_temp(fd: int, temp: str) -> None:
-    """Close and remove a temp file after a failure, never raising over the first error."""
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+    """Close and remove a temp file after a failure, never raising over the first error.
+
+    ``fd`` is -1 once the temp file was closed: it is not closed again. (pyfakefs takes
+    ``os.close(-1)`` for its newest open file, as a list index, and closes that.)
+    """
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     try:
         os.unlink(temp)
     except OSError:
@@ -229,7 +234,7 @@ def write_atomic(
     except BaseException:
         if pin >= 0:
             os.close(pin)
-        discard_temp(fd, temp)  # fd is -1 once closed: discard_temp ignores the EBADF
+        discard_temp(fd, temp)  # fd is -1 once closed: discard_temp leaves it
         raise
     if durable:
         try:
