@@ -354,7 +354,9 @@ def test_sigkill_at_random_moments(tmp_path: Path, server: KillServer, soak: boo
     rng = random.Random(20240501)
     tally = Tally()
     seq = 0
-    for _ in range(5000 if soak else 160):
+    # 250, not 160: without the old os-level hooks a writer is faster, and fewer random kills land
+    # inside the write protocol; 250 keep "kills_mid_write" at least where it was (111 of 269).
+    for _ in range(5000 if soak else 250):
         with watchdog(TIMEOUT):
             seq = one_kill(server, path, rng, tally, seq)
     reliability.add("kills", tally.kills, source=SOURCE)
