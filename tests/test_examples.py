@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,60 @@ def test_checkpoint_demo_resumes_from_the_last_complete_checkpoint_after_a_kill_
     assert "CheckpointList.latest(): models/Walker-3000.ckpt, which loads (steps 3000)" in damaged
     assert "resumed from the last complete checkpoint (steps 4000): yes" in result.stdout
     assert "skipped the damaged one for steps 3000: yes" in result.stdout
+
+
+# -- the crash-recovery example tests (README: "Testing your trainer's crash recovery") ------------
+
+EXAMPLES = EXAMPLE.parent
+CRASH_EXAMPLES = ["test_trainer_crash_fakefs.py", "test_trainer_crash_folder.py", "test_trainer_power_loss.py"]
+
+
+def run_examples(files: list[str], bug: str = "") -> tuple[int, str, set[str]]:
+    """pytest on the example test files, with the toy trainer's ``bug`` variant; (exit, out, failed ids)."""
+    env = {k: v for k, v in os.environ.items() if k != "TOY_TRAINER_BUG"}
+    if bug:
+        env["TOY_TRAINER_BUG"] = bug
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--no-cov", "-q", "-rf",
+         *(str(EXAMPLES / f) for f in files)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=EXAMPLES.parent)
+    failed = {line.split(" ")[1].split("::", 1)[1] for line in result.stdout.splitlines() if line.startswith("FAILED ")}
+    return result.returncode, result.stdout + result.stderr, failed
+
+
+def test_the_crash_examples_pass_on_the_correct_trainer() -> None:
+    code, out, failed = run_examples(CRASH_EXAMPLES)
+    assert code == 0 and failed == set(), out
+    assert "44 passed" in out  # 42 kills under pyfakefs (6 writes x 7 points), the folder, the power loss
+
+
+def _kills(writes: tuple[int, ...], points: tuple[str, ...]) -> set[str]:
+    return {f"test_resumes_after_a_kill_at_any_point[write{w}-{p}]" for w in writes for p in points}
+
+
+FOLDER = "test_resumes_after_a_kill_at_any_point_of_three_steps"
+POWER = "test_resumes_soundly_after_a_power_loss_at_any_moment"
+
+
+def test_every_crash_example_catches_a_checkpoint_recorded_before_its_file_is_complete() -> None:
+    code, out, failed = run_examples(CRASH_EXAMPLES, "record-before-complete")
+    assert code == 1, out
+    # Each kill once the record of a half-written file is in (the first write of each step), and
+    # the folder and power-loss tests, which reach the same states.
+    assert failed == _kills((1, 3, 5), ("renamed", "dir-synced", "returned")) | {FOLDER, POWER}, out
+    assert "which does not load: truncated or damaged" in out
+
+
+def test_every_crash_example_catches_a_curriculum_ahead_of_its_checkpoint() -> None:
+    code, out, failed = run_examples(CRASH_EXAMPLES, "lesson-first")
+    assert code == 1, out
+    # Step 2 sets lesson 1 (write 3) before recording checkpoint 2000 (write 4).
+    expected = _kills((3,), ("renamed", "dir-synced", "returned")) | _kills((4,), ("created", "half-written", "written", "synced"))
+    assert failed == expected | {FOLDER, POWER}, out
+    assert "lesson 1 is ahead of the model it resumes from (steps 1000)" in out
+
+
+def test_only_the_power_loss_example_catches_a_status_that_is_not_durable() -> None:
+    """durable=False is atomic: every kill recovers; only a power loss can lose or damage it."""
+    code, out, failed = run_examples(["test_trainer_crash_folder.py", "test_trainer_power_loss.py"], "not-durable")
+    assert code == 1 and failed == {POWER}, out

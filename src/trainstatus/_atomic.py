@@ -31,6 +31,7 @@ __all__ = [
     "discard_temp",
     "ensure_directory",
     "keep_previous",
+    "observer",
     "open_temp",
     "replace",
     "set_mode",
@@ -43,6 +44,13 @@ __all__ = [
 
 _PIN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+# Told each named point a write passes: ``observer(point, target, temp, fd)`` with point one of
+# "created", "written", "synced", "renamed", "dir-synced" (here) and "returned" (``LocalFile``,
+# once the write's bookkeeping is done); ``fd`` is the temp file's, or -1 once closed. None but
+# inside ``trainstatus.testing`` (simulated kills), where it may raise to stop the write there.
+observer: Callable[[str, str, str, int], None] | None = None
 
 
 class ReplacedNotSynced(Exception):
@@ -161,11 +169,16 @@ def sync_directory(directory: str) -> None:
 
 
 def discard_temp(fd: int, temp: str) -> None:
-    """Close and remove a temp file after a failure, never raising over the first error."""
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+    """Close and remove a temp file after a failure, never raising over the first error.
+
+    ``fd`` is -1 once the temp file was closed: it is not closed again. (pyfakefs takes
+    ``os.close(-1)`` for its newest open file, as a list index, and closes that.)
+    """
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     try:
         os.unlink(temp)
     except OSError:
@@ -194,12 +207,18 @@ def write_atomic(
     fd, temp = open_temp(directory, name)
     pin = -1
     try:
+        if observer is not None:
+            observer("created", target, temp, fd)
         write_all(fd, data)
+        if observer is not None:
+            observer("written", target, temp, fd)
         if owner is not None:
             set_owner(fd, owner)
         set_mode(fd, stat.S_IMODE(mode))
         if durable:
             sync_file(fd)
+            if observer is not None:
+                observer("synced", target, temp, fd)
         st = os.fstat(fd)
         pin = os.open(temp, _PIN_FLAGS)
         # Closed before the rename: close() may report a deferred write error (NFS does), and
@@ -209,10 +228,12 @@ def write_atomic(
         if before_replace is not None:
             before_replace()
         replace(temp, target)
+        if observer is not None:
+            observer("renamed", target, temp, -1)
     except BaseException:
         if pin >= 0:
             os.close(pin)
-        discard_temp(fd, temp)  # fd is -1 once closed: discard_temp ignores the EBADF
+        discard_temp(fd, temp)  # fd is -1 once closed: discard_temp leaves it
         raise
     if durable:
         try:
@@ -222,4 +243,10 @@ def write_atomic(
         except BaseException:
             os.close(pin)
             raise
+        if observer is not None:
+            try:
+                observer("dir-synced", target, temp, -1)
+            except BaseException:
+                os.close(pin)
+                raise
     return pin, st

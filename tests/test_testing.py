@@ -1,0 +1,346 @@
+"""trainstatus.testing: simulated kills and power-loss states, on a real folder and under pyfakefs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trainstatus.testing as testing
+from trainstatus import CheckpointList, StatusStore, TrainingStatusError
+from trainstatus.testing import (
+    POINTS,
+    CrashPoint,
+    IncompleteRecording,
+    Kill,
+    PowerLoss,
+    SimulatedKill,
+    TrainingStatusKilledError,
+    TrainingStatusTestError,
+    crash_points,
+    every_crash,
+    kill_at,
+    power_losses,
+)
+
+NAME = "status.json"
+EXPECTED_ALL = [
+    "POINTS", "CrashPoint", "DirectoryState", "IncompleteRecording", "Kill", "Operation", "PowerLoss",
+    "Recording", "SimulatedKill", "TrainingStatusKilledError", "TrainingStatusTestError", "crash_points",
+    "every_crash", "kill_at", "power_losses",
+]
+
+
+@pytest.fixture(params=["real", "pyfakefs"])
+def folder(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """A run folder on the real disk or on pyfakefs' fake one (requested only for the fake one)."""
+    if request.param == "real":
+        yield tmp_path / "run"
+    else:
+        request.getfixturevalue("fs")
+        yield Path("/fake/run")
+
+
+def temps(directory: Path) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.endswith(".tmp"))
+
+
+def test_the_public_surface() -> None:
+    assert sorted(testing.__all__) == sorted(EXPECTED_ALL)
+    assert {n for n in vars(testing) if not n.startswith("_")} >= set(EXPECTED_ALL)
+    assert POINTS == ("created", "half-written", "written", "synced", "renamed", "dir-synced", "returned")
+    assert issubclass(SimulatedKill, BaseException) and not issubclass(SimulatedKill, Exception)
+    assert issubclass(TrainingStatusKilledError, TrainingStatusError)
+    assert issubclass(TrainingStatusTestError, TrainingStatusError) and issubclass(TrainingStatusTestError, AssertionError)
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_kill_leaves_what_a_sigkill_there_leaves(folder: Path, point: str) -> None:
+    path = folder / NAME
+    store = StatusStore(path)
+    store.set("a", "n", 1)
+    old = path.read_bytes()
+    with kill_at(1, point) as kill:
+        try:
+            store.set("a", "n", 2)
+        except Exception:  # noqa: BLE001 - a trainer's catch-all: the kill goes through it
+            pytest.fail("except Exception caught the simulated kill")
+    assert kill.killed and kill.path == str(path) and kill.root == str(folder) and kill.writes == 1
+    assert kill.replaced == (point in ("renamed", "dir-synced", "returned"))
+    left = temps(folder)
+    if kill.replaced:
+        assert left == []
+        assert path.read_bytes() != old
+        new = path.read_bytes()
+    else:
+        assert path.read_bytes() == old  # the old file, untouched
+        assert len(left) == 1  # the temp file stays, as after a SIGKILL: no clean-up ran
+        temp = (folder / left[0]).read_bytes()
+        # What it holds: nothing yet, half of the new document, or all of it.
+        reference = StatusStore(folder / "reference.json")
+        reference.set("a", "n", 2)
+        new = (folder / "reference.json").read_bytes()
+        reference.close()
+        expected = {"created": b"", "half-written": new[: len(new) // 2]}.get(point, new)
+        assert temp == expected
+    with pytest.raises(TrainingStatusKilledError, match=r"belongs to a trainer killed by trainstatus.testing.kill_at "
+                                                        rf"\(write 1, at '{point}'\), so get\(\) is refused"):
+        store.get("a", "n")
+    store.close()  # a dead store may still be closed
+    restarted = StatusStore(path)
+    assert restarted.get("a", "n") == (2 if kill.replaced else 1)
+    restarted.set("a", "n", 3)  # the next write removes the killed writer's temp file
+    assert temps(folder) == []
+    restarted.close()
+    assert new  # the new document was seen
+
+
+def test_a_kill_is_not_an_exception_and_the_dead_process_does_nothing_more(folder: Path) -> None:
+    path = folder / NAME
+    marker = folder / "cleanup-ran"
+
+    def trainer() -> None:
+        store = StatusStore(path)
+        try:
+            store.set("a", "n", 1)
+            store.set("a", "n", 2)
+        except Exception:  # noqa: BLE001
+            pytest.fail("except Exception caught the simulated kill")
+        finally:
+            with open(marker, "w") as f:  # a trainer's clean-up: a killed process never runs it
+                f.write("ran")
+            store.set("a", "final", True)  # refused: the process is dead (raises the kill again)
+
+    with kill_at(2, "written", root=folder) as kill:
+        trainer()
+    assert kill.killed
+    assert not marker.exists()  # put back as it was at the kill
+    assert StatusStore(path).to_dict()["a"] == {"n": 1}
+
+
+def test_a_kill_that_never_happens_fails_the_test(folder: Path) -> None:
+    store = StatusStore(folder / NAME)
+    with pytest.raises(TrainingStatusTestError, match=r"kill_at\(3, 'renamed'\) never killed: the block made 2 writes\. "):
+        with kill_at(3, "renamed"):
+            store.set("a", "n", 1)
+            store.set("a", "n", 2)
+    fast = StatusStore(folder / "fast.json", durable=False)
+    with pytest.raises(TrainingStatusTestError, match=r"write 1 never reached 'synced' \(a store opened with durable=False"):
+        with kill_at(1, "synced"):
+            fast.set("a", "n", 1)
+    store.set("a", "n", 3)  # no kill happened: the stores live on
+    assert StatusStore(folder / NAME).get("a", "n") == 3
+
+
+def test_a_trainer_that_swallows_the_kill_fails_the_test(folder: Path) -> None:
+    store = StatusStore(folder / NAME)
+    with pytest.raises(TrainingStatusTestError, match="caught the SimulatedKill"):
+        with kill_at(1, "written"):
+            try:
+                store.set("a", "n", 1)
+            except BaseException:  # noqa: BLE001 - the mistake being tested
+                pass
+
+
+def test_code_that_replaces_the_kill_on_its_way_out_fails_the_test(folder: Path) -> None:
+    store = StatusStore(folder / NAME)
+    with pytest.raises(TrainingStatusTestError, match=r"was replaced, on its way out of the block, by KeyError"):
+        with kill_at(1, "written"):
+            try:
+                store.set("a", "n", 1)
+            finally:
+                raise KeyError("cleanup")  # noqa: B012
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"unknown crash point\(s\) \['fsynced'\]; choose from created, half-written"):
+        with kill_at(1, "fsynced"):
+            pass
+    with pytest.raises(ValueError, match="write must be the number of a write >= 1"):
+        with kill_at(0, "created"):
+            pass
+    with pytest.raises(ValueError, match="writes must be a number of writes >= 1"):
+        crash_points(0)
+    assert crash_points(2, ["renamed"]) == [CrashPoint(1, "renamed"), CrashPoint(2, "renamed")]
+    assert [str(p) for p in crash_points(1)][:2] == ["write1-created", "write1-half-written"]
+
+
+def test_one_kill_at_a_time(tmp_path: Path) -> None:
+    with kill_at(1, "created", root=tmp_path) as kill:
+        with pytest.raises(TrainingStatusTestError, match="already active"):
+            with kill_at(1, "created"):
+                pass
+        StatusStore(tmp_path / NAME).set("a", "n", 1)
+    assert kill.killed
+
+
+def test_a_transaction_and_a_checkpoint_list_are_one_write_each(folder: Path) -> None:
+    path = folder / NAME
+    models = folder / "models"
+    models.mkdir(parents=True)
+    for steps in (1, 2):
+        (models / f"{steps}.ckpt").write_bytes(b"weights")
+    store = StatusStore(path)
+    checkpoints = CheckpointList(store, "Walker", keep=1, root=folder)
+    checkpoints.add(1, "models/1.ckpt")
+    # Killed once add's write returned: the record is in, the dropped file not removed yet.
+    with kill_at(1, "returned") as kill:
+        checkpoints.add(2, "models/2.ckpt")
+    assert kill.killed
+    assert (models / "1.ckpt").exists()
+    assert [e["steps"] for e in CheckpointList(StatusStore(path), "Walker").entries()] == [2]
+    store2 = StatusStore(path)
+    with kill_at(1, "written"):
+        with store2.transaction():
+            store2.set("a", "x", 1)
+            store2.set("a", "y", 2)
+    assert "a" not in StatusStore(path).to_dict()
+
+
+def test_a_kill_on_another_thread(tmp_path: Path) -> None:
+    path = tmp_path / NAME
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        store = StatusStore(path)
+        try:
+            store.set("a", "n", 1)
+        except BaseException as exc:  # noqa: BLE001 - what the thread died of
+            errors.append(exc)
+
+    with kill_at(1, "renamed") as kill:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    assert kill.killed and [type(e) for e in errors] == [SimulatedKill]
+    assert StatusStore(path).get("a", "n") == 1
+
+
+def test_history_pruning_on_the_background_thread(tmp_path: Path) -> None:
+    """Killed at 'dir-synced' the write has queued no pruning yet; at 'returned' its pruning is done."""
+    def versions() -> int:
+        return len([n for n in os.listdir(tmp_path) if ".history-" in n])
+
+    for point, expected in (("dir-synced", 3), ("returned", 2)):
+        for name in os.listdir(tmp_path):
+            os.unlink(tmp_path / name)
+        store = StatusStore(tmp_path / NAME, history=2)
+        for n in range(3):
+            store.set("a", "n", n)
+        with kill_at(1, point):
+            store.set("a", "n", 3)
+        assert versions() == expected, point
+        assert StatusStore(tmp_path / NAME).get("a", "n") == 3
+
+
+def test_every_crash_runs_each_point_of_each_write_from_the_same_start(folder: Path) -> None:
+    path = folder / NAME
+    folder.mkdir(parents=True)
+    StatusStore(path).set("a", "n", 0)
+    seen: list[tuple[int, str, Any]] = []
+
+    def run() -> None:
+        store = StatusStore(path)
+        store.set("a", "n", store.get("a", "n") + 1)
+        store.set("a", "n", store.get("a", "n") + 1)
+
+    def check(kill: Kill) -> None:
+        reopened = StatusStore(kill.path or "")
+        seen.append((kill.write, kill.point, reopened.get("a", "n")))
+        reopened.close()
+
+    kills = every_crash(run, check, root=folder)
+    assert len(kills) == 2 * len(POINTS)
+    # Each run starts from n == 0: write 1 gives 0 or 1, write 2 gives 1 or 2.
+    for write, point, value in seen:
+        replaced = point in ("renamed", "dir-synced", "returned")
+        assert value == write - 1 + replaced, (write, point, value)
+    assert StatusStore(path).get("a", "n") == 0  # put back as it was
+
+
+def test_power_losses_hand_every_state_to_the_check(folder: Path) -> None:
+    losses: list[PowerLoss] = []
+    values: set[Any] = set()
+
+    def run() -> None:
+        store = StatusStore(folder / NAME)
+        store.set("a", "n", 1)
+        store.set("a", "n", 2)
+
+    def check(loss: PowerLoss) -> None:
+        assert os.path.isdir(loss.folder)
+        store = StatusStore(os.path.join(loss.folder, NAME), durable=False)
+        value = store.get("a", "n")
+        store.close()
+        values.add(value)
+        if loss.returned:
+            assert value == 2
+        losses.append(loss)
+
+    recording = power_losses(run, check, root=folder)
+    assert recording.states == len(losses) > len(recording.ops)
+    assert values == {None, 1, 2}
+    kinds = [op.kind for op in recording.ops]
+    assert kinds.count("rename") == 2 and "dirsync" in kinds and recording.operations[0].startswith("create(")
+    assert all(not os.path.exists(loss.folder) for loss in losses)  # removed after each check
+
+
+def test_power_losses_refuse_a_run_they_cannot_explain(folder: Path) -> None:
+    def run() -> None:
+        StatusStore(folder / NAME).set("a", "n", 1)
+        with open(folder / "unseen.bin", "wb") as f:  # a builtin open: not an os call
+            f.write(b"x")
+
+    with pytest.raises(IncompleteRecording, match="unseen.bin"):
+        power_losses(run, lambda loss: None, root=folder)
+
+
+def test_power_losses_record_the_background_pruning(tmp_path: Path) -> None:
+    store = StatusStore(tmp_path / NAME, history=1)
+    store.set("a", "n", 0)
+    store.set("a", "n", 1)
+
+    def run() -> None:
+        store.set("a", "n", 2)
+        store.set("a", "n", 3)
+
+    recording = power_losses(run, lambda loss: None, root=tmp_path)
+    assert any(op.kind == "unlink" and ".history-" in op.rel for op in recording.ops)
+
+
+def test_sigkill_at_a_point_kills_the_process_for_real(tmp_path: Path) -> None:
+    path = tmp_path / NAME
+    code = (
+        "import sys; from trainstatus import StatusStore; from trainstatus.testing import kill_at\n"
+        "s = StatusStore(sys.argv[1]); s.set('a', 'n', 1)\n"
+        "with kill_at(1, 'written', sigkill=True):\n"
+        "    s.set('a', 'n', 2)\n"
+        "print('survived')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == -9 and "survived" not in result.stdout, result
+    assert len(temps(tmp_path)) == 1
+    assert StatusStore(path).get("a", "n") == 1
+
+
+def test_importing_trainstatus_or_its_plugin_stays_cheap() -> None:
+    code = (
+        "import sys, _trainstatus_pytest\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trainstatus', 'pyfakefs')))\n"
+        "import trainstatus\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'pyfakefs')"
+        " or m.startswith('trainstatus.testing') or m.startswith('trainstatus._testing')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    plugin_imports, library_imports = result.stdout.splitlines()[:2]
+    # The plugin loads pytest (loaded already in any pytest run), never trainstatus or pyfakefs...
+    assert plugin_imports == "[]"
+    # ... and trainstatus never imports its testing module, pytest or pyfakefs.
+    assert "trainstatus" not in library_imports and "pyfakefs" not in library_imports
