@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -489,15 +488,15 @@ def test_open_flags_are_exclusive_and_do_not_follow_links() -> None:
 
 
 def force_token_hex(mp: pytest.MonkeyPatch, names: list[str]) -> list[str]:
-    """Make ``secrets.token_hex`` hand out ``names`` in turn (the last one forever)."""
+    """Make ``_atomic.token`` hand out ``names`` in turn (the last one forever)."""
     handed: list[str] = []
 
-    def token_hex(nbytes: int | None = None) -> str:
+    def token_hex() -> str:
         name = names[min(len(handed), len(names) - 1)]
         handed.append(name)
         return name
 
-    mp.setattr(secrets, "token_hex", token_hex)  # the module _atomic draws its names from
+    mp.setattr(_atomic, "token", token_hex)  # where _atomic draws its names from
     return handed
 
 

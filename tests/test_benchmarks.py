@@ -62,47 +62,77 @@ def assert_machine(info: dict[str, Any]) -> None:
 
 def test_write_overhead_quick(tmp_path: Path) -> None:
     report, stdout = run_quick("write_overhead.py", tmp_path)
-    assert report["benchmark"] == "write_overhead" and report["quick"] is True
+    assert report["benchmark"] == "write_overhead" and report["quick"] is True and report["format"] == 2
     assert_machine(report["machine"])
     methods = report["methods"]
-    assert list(methods) == ["floor", "set_small", "set_h0_small", "set_big", "set_none", "set_nd_small", "set_nd_big", "tx100", "mlagents",
-                             "sqlite_small", "sqlite_big", "get_small", "get_big"]
-    assert report["small_key"] == "wall_height/lesson_num" and report["big_key"] == "Walker/checkpoints"
-    assert list(report["results"]) == list(report["sizes"]) == ["1KB", "32KB"]
-    for size, info in report["sizes"].items():
+    assert list(methods) == ["floor", "set_small", "set_h0_small", "set_big", "set_none", "set_nd_small", "set_nd_big",
+                             "tx100", "mlagents", "sqlite_small", "sqlite_big", "open", "json_loads", "orjson_loads",
+                             "get_small", "get_big", "decode_big"]
+    assert report["small_key"] == "wall_height/lesson_num"
+    assert list(report["shapes"]) == list(report["results"]) == ["list"]  # the default --shape
+    assert report["shapes"]["list"]["big_key"] == "Walker/checkpoints"
+    results_by_size, sizes = report["results"]["list"], report["sizes"]["list"]
+    assert list(results_by_size) == list(sizes) == ["1KB", "32KB"]
+    for size, info in sizes.items():
         assert 0.5 * info["target_bytes"] <= info["file_bytes"] <= 2 * info["target_bytes"]
-        assert info["checkpoints"] >= 1 and info["rounds"] >= 3
-        results = report["results"][size]
+        assert info["count"] >= 1 and info["unit"] == "checkpoints" and info["rounds"] >= 3
+        results = results_by_size[size]
         assert list(results) == list(methods)
         for method, summary in results.items():
             assert_latency(summary)
             burst = summary["n"] // info["rounds"]
             assert summary["n"] == info["rounds"] * burst and burst >= 1
-            assert (burst > 1) == method.startswith("get")
-    assert report["sizes"]["1KB"]["checkpoints"] < report["sizes"]["32KB"]["checkpoints"]
+            reads = method in ("open", "json_loads", "orjson_loads") or method.startswith(("get", "decode"))
+            assert (burst > 1) == reads
+    assert sizes["1KB"]["count"] < sizes["32KB"]["count"]
 
-    names = {(t["target"], t["size"]) for t in report["targets"]}
-    assert ("durable set / floor (small)", "1KB") in names
-    assert ("durable set / floor (big)", "32KB") in names
-    assert ("durable=False set / ML-Agents save", "1KB") in names
-    assert ("100-set transaction / one set", "32KB") in names
-    assert ("durable set, history=20 / history=0", "1KB") in names
-    assert ("get p50 in us (big)", "32KB") in names
+    names = {(t["target"], t["shape"], t["size"]) for t in report["targets"]}
+    for name, size in (("durable set / floor (small)", "1KB"), ("durable set / floor (big)", "32KB"),
+                       ("durable=False set / ML-Agents save", "1KB"), ("100-set transaction / one set", "32KB"),
+                       ("durable set, history=20 / history=0", "1KB"), ("open / json.loads", "1KB"),
+                       ("open / orjson.loads", "32KB"), ("get / loads of its bytes", "32KB")):
+        assert (name, "list", size) in names, name
+    for start in ("import trainstatus - bare start (ms)", "trainstatus help / bare start", "trainstatus show / bare start"):
+        assert (start, "-", "-") in names
     for target in report["targets"]:
         assert isinstance(target["met"], bool)
-        assert target["value"] > 0
+        assert target["value"] > 0 or target["target"].startswith("import")
         assert target["met"] == (target["value"] <= target["limit"] if target["comparison"] == "<="
                                  else target["value"] >= target["limit"])
     floor_ratio = next(t for t in report["targets"] if t["target"] == "durable set / floor (small)" and t["size"] == "1KB")
-    one_kb = report["results"]["1KB"]
+    one_kb = results_by_size["1KB"]
     assert floor_ratio["value"] == pytest.approx(one_kb["set_small"]["p50_us"] / one_kb["floor"]["p50_us"], rel=1e-2)
 
-    assert report["import"]["trainstatus_ms"] > 0
-    assert report["import"]["numpy_imported"] is False  # heavy imports stay lazy
+    start = report["import"]
+    assert start["trainstatus_ms"] > 0 and start["bare_ms"] > 0 and start["help_ms"] > 0 and start["show_ms"] > 0
+    assert start["numpy_imported"] is False  # heavy imports stay lazy
+    assert "memory" not in report  # a full run only
 
     for label in methods.values():
         assert label in stdout
-    assert "targets (issue 4)" in stdout and "import trainstatus:" in stdout
+    assert "targets (issues 4 and 13)" in stdout and "import trainstatus:" in stdout
+    assert "MET" in stdout or "MISSED" in stdout
+
+
+def test_write_overhead_measures_every_shape(tmp_path: Path) -> None:
+    json_path = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "write_overhead.py"), "--quick", "--shape", "all", "--sizes", "1KB",
+         "--json", str(json_path), "--no-plot", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(json_path.read_text())
+    assert list(report["results"]) == ["list", "categories", "keys", "nan", "deep"]
+    for shape, by_size in report["results"].items():
+        methods = by_size["1KB"]
+        expected = {"floor", "set_small", "set_big", "open", "json_loads", "get_big", "decode_big"}
+        assert expected <= set(methods), shape
+        assert ("orjson_loads" in methods) == (shape != "nan")  # orjson cannot read NaN
+        for summary in methods.values():
+            assert_latency(summary)
+    assert report["sizes"]["categories"]["1KB"]["unit"] == "categories"
+    assert report["sizes"]["keys"]["1KB"]["unit"] == "keys"
 
 
 def test_concurrency_quick(tmp_path: Path) -> None:

@@ -171,3 +171,18 @@ def test_under_pyfakefs_the_list_is_not_used(fs: Any) -> None:
     store.set("a", "b", 1)
     assert Path("/run/status.json.lock").read_bytes() == b""
     store.close()
+
+
+def test_a_lock_file_holding_anything_else_is_never_written_while_waiting(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    lock_file = Path(str(path) + ".lock")
+    lock_file.write_bytes(b"bytes of some other program's lock file\n")
+    before = lock_file.read_bytes()
+    store = StatusStore(path, lock_timeout=10)
+    holder = _hold(str(lock_file), 0.3)
+    try:
+        store.set("a", "b", 1)  # waits for the holder, without signing in
+    finally:
+        holder.communicate()
+    assert lock_file.read_bytes() == before
+    store.close()

@@ -328,7 +328,11 @@ AUDIT = textwrap.dedent(
     import json, os, sys
     from trainstatus import GlobalTrainingStatus, StatusStore
     benign, hostile, out = sys.argv[1:4]
-    StatusStore(benign).to_dict()  # lazy imports happen here, before watching
+    warm = StatusStore(benign)  # lazy imports happen here, before watching: the store's modules,
+    warm.to_dict()
+    warm.set("Walker", "lesson", 1)  # filelock (the first lock taken)
+    warm.set("Walker", "reward", float("nan"))  # pickle (values holding NaN; never find_class)
+    warm.close()
     events = []
     WATCHED = ("exec", "compile", "import", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
                "os.fork", "subprocess.Popen", "pickle.find_class", "marshal.loads", "ctypes.dlopen",

@@ -36,6 +36,7 @@ __all__ = [
     "replace",
     "set_mode",
     "set_owner",
+    "token",
     "sync_directory",
     "sync_file",
     "write_all",
@@ -78,10 +79,16 @@ def ensure_directory(directory: str, *, durable: bool) -> None:
         sync_directory(parent or ".")
 
 
+def token() -> str:
+    """16 random hex digits for a temp file's name (``secrets.token_hex(8)``, without importing
+    ``secrets``: it costs a few ms of ``import trainstatus`` for one call)."""
+    return os.urandom(8).hex()
+
+
 def open_temp(directory: str, name: str) -> tuple[int, str]:
     """Create a new, empty temp file beside the target; (fd, path)."""
     for _ in range(100):
-        temp = os.path.join(directory, _names.temp_name(name, os.urandom(8).hex()))
+        temp = os.path.join(directory, _names.temp_name(name, token()))
         try:
             return os.open(temp, _OPEN_FLAGS, 0o600), temp
         except FileExistsError:

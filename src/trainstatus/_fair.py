@@ -17,13 +17,15 @@ machine and for ``_STALE_NS`` at most, and no process defers for longer than ``_
 one acquire: a slot of a process that died, or of another machine (an NFS-mounted folder), costs
 the others that much once, never a hang. A torn read (a slot half written) fails its check and is
 skipped. ``filelock.FileLock`` users of the same lock file truncate it, which signs everyone out:
-the waiters sign in again at their next look.
+the waiters sign in again at their next look. A lock file that holds anything else, or that has
+a second name (a hard link planted at the lock path), is never written: its waiters poll as before.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 import struct
 import time
 from collections.abc import Callable
@@ -87,12 +89,25 @@ class Registry:
         data = self._read()
         return bool(data) and data != _EMPTY[: len(data)]
 
+    def _writable(self, data: bytes) -> bool:
+        """Whether the lock file is a registry this module may write: one name (a hard link planted
+        at the lock path is someone's file), and nothing in it but free slots and valid records."""
+        st = self._os.fstat(self.fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or len(data) % _SLOT.size:
+            return False
+        return all((pid, check, arrival) == (0, 0, 0) or check == _check(pid, arrival)
+                   for pid, check, arrival in _SLOT.iter_unpack(data))
+
     def sign_in(self) -> None:
         pid = os.getpid()
         self._arrival = time.monotonic_ns()
         self._since = time.monotonic()
         record = _SLOT.pack(pid, _check(pid, self._arrival), self._arrival)
-        data = self._read().ljust(_SIZE, b"\0")
+        data = self._read()
+        if not self._writable(data):
+            self._slot = None  # not a registry: wait without a place, as before
+            return
+        data = data.ljust(_SIZE, b"\0")
         start = hash(pid) % _SLOTS
         for i in range(_SLOTS):
             slot = (start + i) % _SLOTS
