@@ -416,19 +416,29 @@ def encode_value(value: Any, *, path: str, category: str, key: str) -> Entry:
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         return _refused(value, exc, path=path, category=category, key=key)
     if b"null" in raw:
-        # orjson writes NaN and +-Infinity as null. Only a value whose output has a null can hold
-        # one; marshal clears most of them, pickle writes most others, and the walk the rest.
-        probe = _probe_nonfinite(value)
-        if probe == _MAYBE_PLAIN:
-            fast = _with_literals(value, raw, _dumps_plain)
-            if fast is not None:
-                return Entry(fast, exotic=True)
-        if probe != _NONE_THERE:
-            converter = _Plain()
-            plain = converter(value)
-            if converter.nonfinite:
-                return Entry(_json_dumps(plain), exotic=True)
+        literal = _with_nonfinite(value, raw)
+        if literal is not None:
+            return literal
     return _new_entry(Entry, (raw, False))
+
+
+def _with_nonfinite(value: Any, raw: bytes) -> Entry | None:
+    """The entry of a value whose orjson output ``raw`` has a null, when it holds NaN/Infinity.
+
+    orjson writes NaN and +-Infinity as null. Only a value whose output has a null can hold one;
+    marshal clears most of them, pickle writes most others (``_with_literals``), the walk the rest.
+    """
+    probe = _probe_nonfinite(value)
+    if probe == _MAYBE_PLAIN:
+        fast = _with_literals(value, raw, _dumps_plain)
+        if fast is not None:
+            return Entry(fast, exotic=True)
+    if probe != _NONE_THERE:
+        converter = _Plain()
+        plain = converter(value)
+        if converter.nonfinite:
+            return Entry(_json_dumps(plain), exotic=True)
+    return None
 
 
 def _dumps_plain(value: Any) -> bytes:
@@ -443,16 +453,9 @@ def encode_loaded(value: Any) -> Entry:
     except TypeError:  # an integer beyond 64 bits or a lone surrogate: only json writes it back
         return Entry(_json_dumps(value), exotic=True)
     if b"null" in raw:
-        probe = _probe_nonfinite(value)
-        if probe == _MAYBE_PLAIN:
-            fast = _with_literals(value, raw, _dumps_plain)
-            if fast is not None:
-                return Entry(fast, exotic=True)
-        if probe != _NONE_THERE:
-            converter = _Plain()
-            converter(value)
-            if converter.nonfinite:
-                return Entry(_json_dumps(value), exotic=True)
+        literal = _with_nonfinite(value, raw)
+        if literal is not None:
+            return literal
     return Entry(raw)
 
 
