@@ -8,8 +8,9 @@ process wrote while the others slept through their chances.
 So waiting processes sign in, in the lock file itself: a small registry of slots at its start,
 each ``(pid, check, arrival)`` in 16 bytes written with one ``pwrite`` (the lock file has no other
 content; ``flock`` does not look at it). A process that finds an older waiter signed in does not
-try the lock; it signs in behind. Only the oldest waiter tries, every ``_FIRST_POLL`` s; the
-others look again a little later. (The oldest waits in ``flock`` itself: see ``_locking``.) The one that gets the lock signs out.
+try the lock; it signs in behind. Only the oldest waiter tries, and waits in ``flock`` itself
+(see ``_locking``); the next in line looks at the list every 0.1 ms, the others less often. The
+one that gets the lock signs out.
 
 Nothing here can stop the lock from being taken; it only decides who tries. A waiter killed while
 signed in would hold the others back, so a slot counts only while its process exists on this
