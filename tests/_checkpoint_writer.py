@@ -137,6 +137,11 @@ def writer(run_dir: str, keep: int, stop_at: str | None = None, stop_after: int 
 
 def serve() -> None:
     """Fork a writer per "spawn <json>" line; reap one per "reap <pid>" line; "quit" ends."""
+    # What the first write imports on first use (filelock): loaded here, once, so that each forked
+    # writer writes at once, as the random kill delays assume.
+    from trainstatus import _locking
+
+    assert _locking.filelock.Timeout
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for line in sys.stdin:
         command, _, rest = line.strip().partition(" ")

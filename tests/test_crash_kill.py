@@ -120,6 +120,11 @@ def writer(ack_fd: int, path: str, slot: int, durable: bool, size: int,
 
 def serve(ack_fd: int) -> None:
     """The kill server: fork a writer per "spawn <json>" line, reap one per "reap <pid>" line."""
+    # What the first write imports on first use (filelock): loaded here, once, so that each forked
+    # writer writes at once, as the random kill delays assume.
+    from trainstatus import _locking
+
+    assert _locking.filelock.Timeout
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         line = sys.stdin.readline()
