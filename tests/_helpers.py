@@ -166,3 +166,17 @@ def soft_message(path: Path, timeout: float, pid: int) -> str:
         f"{_locking.SOFT_LEASE_SECONDS:g} s without renewal (at once on its own machine); if it is "
         f"gone and you cannot wait, delete {path}.softlock."
     )
+
+
+def hold_lock_in_subprocess(lock_file: str | os.PathLike[str], seconds: float) -> subprocess.Popen[bytes]:
+    """Another process holding ``flock`` on ``lock_file`` for ``seconds``; returns once it holds it."""
+    script = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(lock_file)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "sys.stdout.write('held\\n'); sys.stdout.flush()\n"
+        f"time.sleep({seconds})\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"held\n"
+    return child

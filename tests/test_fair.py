@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from _helpers import hold_lock_in_subprocess
+
 from trainstatus import StatusStore, TrainingStatusLockTimeout
 from trainstatus import _fair, _locking
 
@@ -120,24 +122,11 @@ def test_a_truncated_list_signs_everyone_out_and_turns_go_on(tmp_path: Path) -> 
     assert document["w0"] == turns.count("0") - 1 and document["w1"] == turns.count("1") - 1
 
 
-def _hold(lock_file: str, seconds: float) -> subprocess.Popen[bytes]:
-    script = (
-        "import fcntl, os, sys, time\n"
-        f"fd = os.open({lock_file!r}, os.O_RDWR | os.O_CREAT)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "sys.stdout.write('held\\n'); sys.stdout.flush()\n"
-        f"time.sleep({seconds})\n"
-    )
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-    assert child.stdout is not None and child.stdout.readline() == b"held\n"
-    return child
-
-
 def test_the_wait_in_flock_keeps_the_lock_timeout_and_lets_go_once_given_up(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
     store = StatusStore(path, lock_timeout=0.4)
     store.set("a", "b", 0)
-    holder = _hold(str(path) + ".lock", 30)
+    holder = hold_lock_in_subprocess(str(path) + ".lock", 30)
     try:
         started = time.monotonic()
         with pytest.raises(TrainingStatusLockTimeout):
@@ -152,7 +141,7 @@ def test_the_wait_in_flock_keeps_the_lock_timeout_and_lets_go_once_given_up(tmp_
         thread.join(10)
         assert not thread.is_alive()
     # Given up, that flock let go as soon as it returned: another process takes the lock at once.
-    other = _hold(str(path) + ".lock", 0)
+    other = hold_lock_in_subprocess(str(path) + ".lock", 0)
     other.communicate()
     store.set("a", "b", 2)
     assert StatusStore(path).get("a", "b") == 2
@@ -179,7 +168,7 @@ def test_a_lock_file_holding_anything_else_is_never_written_while_waiting(tmp_pa
     lock_file.write_bytes(b"bytes of some other program's lock file\n")
     before = lock_file.read_bytes()
     store = StatusStore(path, lock_timeout=10)
-    holder = _hold(str(lock_file), 0.3)
+    holder = hold_lock_in_subprocess(str(lock_file), 0.3)
     try:
         store.set("a", "b", 1)  # waits for the holder, without signing in
     finally:

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from _helpers import hold_lock_in_subprocess
+
 from trainstatus import StatusStore, TrainingStatusCorruptWarning
 from trainstatus import _interrupts, _locking, _storage
 
@@ -326,19 +328,6 @@ def test_an_interrupt_while_opening_a_damaged_file_leaves_nothing_held(tmp_path:
     assert point > 100
 
 
-def _hold_lock_in_subprocess(lock_file: Path, seconds: float) -> subprocess.Popen[bytes]:
-    script = (
-        "import fcntl, os, sys, time\n"
-        f"fd = os.open({str(lock_file)!r}, os.O_RDWR | os.O_CREAT)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "sys.stdout.write('held\\n'); sys.stdout.flush()\n"
-        f"time.sleep({seconds})\n"
-    )
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-    assert child.stdout is not None and child.stdout.readline() == b"held\n"
-    return child
-
-
 def _sigint_after(seconds: float) -> threading.Timer:
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -349,7 +338,7 @@ def test_ctrl_c_stops_a_set_waiting_for_another_processs_lock_at_once(tmp_path: 
     path = tmp_path / "status.json"
     store = StatusStore(path, lock_timeout=30)
     store.set("b", "n", 1)
-    child = _hold_lock_in_subprocess(Path(str(path) + ".lock"), 30)
+    child = hold_lock_in_subprocess(Path(str(path) + ".lock"), 30)
     try:
         _sigint_after(0.2)
         started = time.monotonic()
@@ -534,7 +523,7 @@ def test_a_signal_whose_handler_returns_leaves_the_wait_interruptible(tmp_path: 
     store.set("b", "n", 1)
     flags: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: flags.append(signum))
-    child = _hold_lock_in_subprocess(Path(str(path) + ".lock"), 30)
+    child = hold_lock_in_subprocess(Path(str(path) + ".lock"), 30)
     try:
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
         _sigint_after(0.5)

@@ -82,6 +82,14 @@ def _numbered(directory: str, name: str) -> list[tuple[int, str]]:
     return found
 
 
+def _kept_file(path: str) -> bool:
+    """Whether ``path`` is a regular file (one ``lstat``: a symlink planted there is not a version)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
 def next_slot(directory: str, name: str, current: tuple[int, int] | None, after: int | None = None) -> tuple[int, bool]:
     """(the number the version now in the file gets, whether it is already kept under it).
 
@@ -92,16 +100,11 @@ def next_slot(directory: str, name: str, current: tuple[int, int] | None, after:
     the whole history: issue 13); when ``after`` is not there, the directory is listed.
     """
     found: list[tuple[int, str]] | None = None
-    if after is not None and after > 0:
-        path = os.path.join(directory, _names.history_name(name, after))
-        if os.path.isfile(path) and not os.path.islink(path):
-            sequence = after
-            while True:
-                following = os.path.join(directory, _names.history_name(name, sequence + 1))
-                if not os.path.isfile(following) or os.path.islink(following):
-                    break
-                sequence, path = sequence + 1, following
-            found = [(sequence, path)]
+    if after is not None and after > 0 and _kept_file(os.path.join(directory, _names.history_name(name, after))):
+        sequence = after
+        while _kept_file(os.path.join(directory, _names.history_name(name, sequence + 1))):
+            sequence += 1
+        found = [(sequence, os.path.join(directory, _names.history_name(name, sequence)))]
     if found is None:
         found = _numbered(directory, name)
     if not found:
