@@ -31,7 +31,7 @@ from trainstatus import (
     TrainingStatusValueError,
     _codec,
 )
-from trainstatus._codec import Entry, decode, encode_value, render
+from trainstatus._codec import Entry, decode, encode_loaded, encode_value, entries_from_rendered, parse_document, render
 
 NAN = float("nan")
 INF = float("inf")
@@ -505,6 +505,35 @@ def entries_of(document: dict[str, dict[str, Any]]) -> dict[str, dict[str, Entry
 @given(st.dictionaries(names, st.dictionaries(names, finite_json, max_size=4), max_size=4))
 def test_render_is_orjson_indent_2_plus_newline(document: dict[str, dict[str, Any]]) -> None:
     assert render(entries_of(document)) == orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.dictionaries(st.text(max_size=8), st.dictionaries(st.text(max_size=8), any_json, max_size=4), max_size=4))
+def test_property_opening_a_rendered_file_slices_the_bytes_encoding_would_give(document: dict[str, dict[str, Any]]) -> None:
+    """Opening a file trainstatus wrote takes each value's bytes out of the file; they must be
+    exactly what encoding the value read gives, else None (and every value is encoded)."""
+    data = render(entries_of(document))
+    parsed = parse_document(data)
+    sliced = entries_from_rendered(parsed, data)
+    encoded = {c: {k: encode_loaded(v) for k, v in keys.items()} for c, keys in parsed.items()}
+    if sliced is None:  # only an empty document, or where orjson cannot have written the file
+        assert data == b"{}\n" or b"NaN" in data or b"Infinity" in data or b"\\ud" in data
+    else:
+        assert sliced == encoded
+        assert render(sliced) == data
+
+
+@pytest.mark.parametrize("data", [
+    b'{\n    "a": {\n        "k": 1\n    }\n}\n',  # ML-Agents' indent of 4
+    b'{\n  "a": {\n    "k": 1,\n    "k": 2\n  }\n}\n',  # a key repeated
+    b'{\n  "a": {\n    "k": {\n      "x": 1,\n      "x": 2\n    }\n  }\n}\n',  # repeated deeper
+    b'{\n  "a": {\n    "k": 1.50\n  }\n}\n',  # a number orjson spells otherwise
+    b'{\n  "a": {\n    "k": 1\n  }\n}',  # no final newline
+    b'{\n  "a": {\n    "k": 1\n  }\n}\n\n',  # one too many
+    b'{\n  "a": {\n    "k": 99999999999999999999999\n  }\n}\n',  # beyond 64 bits
+])
+def test_a_file_render_would_not_write_is_not_sliced(data: bytes) -> None:
+    assert entries_from_rendered(parse_document(data), data) is None
 
 
 def test_render_small_shapes() -> None:

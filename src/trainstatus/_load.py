@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ._codec import PAUSE_FROM, Entry, collector_paused, encode_loaded, parse_document, render
+from ._codec import PAUSE_FROM, Entry, collector_paused, encode_loaded, entries_from_rendered, parse_document, render
 from ._errors import TrainingStatusVersionWarning, warn
 from ._version import STATUS_FORMAT_VERSION
 
@@ -109,7 +109,7 @@ class Document:
     of every ``import trainstatus``).
     """
 
-    __slots__ = ("categories", "duplicates", "metadata", "skipped")
+    __slots__ = ("categories", "duplicates", "metadata", "metadata_entries", "skipped")
 
     def __init__(
         self,
@@ -117,8 +117,10 @@ class Document:
         metadata: dict[str, Any] | None,  # None: the file has no metadata block
         skipped: list[str] | None = None,  # newer-format entries not read
         duplicates: list[Duplicate] | None = None,  # names given more than once, in file order
+        metadata_entries: dict[str, Entry] | None = None,  # the metadata encoded, when reading did
     ) -> None:
         self.categories = categories
+        self.metadata_entries = metadata_entries
         self.metadata = metadata
         self.skipped = [] if skipped is None else skipped
         self.duplicates = [] if duplicates is None else duplicates
@@ -222,8 +224,6 @@ def _load_document(data: bytes) -> Document:
     # A newer format may lay itself out differently: what this version cannot read is skipped,
     # not called damage, and writing stays refused (see is_newer_format), so nothing is lost.
     newer = isinstance(found_metadata, dict) and is_newer_format(found_metadata.get("stats_format_version"))
-    categories: dict[str, dict[str, Entry]] = {}
-    metadata: dict[str, Any] | None = None
     skipped: list[str] = []
     for name, value in parsed.items():
         if not isinstance(value, dict):
@@ -232,8 +232,15 @@ def _load_document(data: bytes) -> Document:
                 continue
             what = "the metadata block" if name == METADATA else f"category {name!r}"
             raise Corrupt(f"{what} is {_kind(value)}, not an object")
-        if name == METADATA:
-            metadata = value
+    metadata: dict[str, Any] | None = None if METADATA in skipped else parsed.get(METADATA)
+    if not skipped:
+        # A file trainstatus wrote: its values' bytes are taken as they stand (see the function).
+        sliced = entries_from_rendered(parsed, data)
+        if sliced is not None:
+            return Document(sliced, metadata, skipped, [], sliced.pop(METADATA, None))
+    categories: dict[str, dict[str, Entry]] = {}
+    for name, value in parsed.items():
+        if name == METADATA or name in skipped:
             continue
         try:
             categories[name] = {key: encode_loaded(item) for key, item in value.items()}
@@ -266,6 +273,8 @@ def _breaking_part(version: tuple[int, ...]) -> tuple[int, ...]:
 
 def is_newer_format(found: Any) -> bool:
     """Whether ``found`` is a format version with breaking changes this library does not know."""
+    if found == STATUS_FORMAT_VERSION:  # every file this version wrote: no parsing (opened twice)
+        return False
     theirs = _version_tuple(found)
     if theirs is None:
         return False

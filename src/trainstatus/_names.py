@@ -84,9 +84,18 @@ def _temp_stem(name: str) -> str:
 
 def temp_pattern(name: str) -> re.Pattern[str]:
     """The names this library gives temp files for status file ``name``, and no others."""
-    return re.compile(
-        re.escape("." + _temp_stem(name) + _TEMP_MARK) + f"[0-9a-f]{{{_TEMP_RANDOM}}}" + re.escape(_TEMP_SUFFIX)
-    )
+    pattern = _TEMP_PATTERNS.get(name)
+    if pattern is None:  # re's own cache is keyed by the pattern text, which costs as much to build
+        pattern = re.compile(
+            re.escape("." + _temp_stem(name) + _TEMP_MARK) + f"[0-9a-f]{{{_TEMP_RANDOM}}}" + re.escape(_TEMP_SUFFIX)
+        )
+        if len(_TEMP_PATTERNS) >= 256:
+            _TEMP_PATTERNS.clear()
+        _TEMP_PATTERNS[name] = pattern
+    return pattern
+
+
+_TEMP_PATTERNS: dict[str, re.Pattern[str]] = {}  # by status file name; each store's open asks
 
 
 def copy_stem(name: str) -> str:

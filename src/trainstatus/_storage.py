@@ -271,6 +271,7 @@ class LocalFile(Storage):
         self._directory, self._name = os.path.split(self._target)
         self._durable = durable
         self._temp_pattern = _names.temp_pattern(self._name)
+        self._lock_file = os.path.join(self._directory, _names.lock_name(self._name))
         self._version: tuple[int, int, int, int] | None = None
         self._mode: int | None = None
         self._owner: tuple[int, int] | None = None
@@ -297,7 +298,7 @@ class LocalFile(Storage):
 
     @property
     def lock_file(self) -> str:  # type: ignore[override]  # a read-only view of the base attribute
-        return os.path.join(self._directory, _names.lock_name(self._name))
+        return self._lock_file
 
     def _lease_file(self) -> str:
         return os.path.join(self._directory, _names.lease_name(self._name))
@@ -649,10 +650,11 @@ class LocalFile(Storage):
 
     def leftovers(self) -> list[str]:
         try:
-            with os.scandir(self._directory) as it:
-                return [e.path for e in it if self._temp_pattern.fullmatch(e.name)]
+            names = os.listdir(self._directory)
         except OSError:
             return []
+        # filter over fullmatch runs in C: a run folder may hold dozens of history versions.
+        return [os.path.join(self._directory, name) for name in filter(self._temp_pattern.fullmatch, names)]
 
     def cleanup(self) -> None:
         for temp in self.leftovers():

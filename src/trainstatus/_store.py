@@ -69,6 +69,10 @@ logger = logging.getLogger("trainstatus")
 
 _Name = str | enum.Enum
 _OWN_METADATA = ("stats_format_version", "trainstatus_version")
+_OWN_ENTRIES = {  # their entries, the same for every store (entries are immutable)
+    "stats_format_version": encode_loaded(STATUS_FORMAT_VERSION),
+    "trainstatus_version": encode_loaded(__version__),
+}
 _live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
 _T = TypeVar("_T")
 _ALL = ("", "")  # in ``_tx_reads``: the body read the whole document (``to_dict``)
@@ -425,10 +429,7 @@ class StatusStore:
         _live_stores.add(self)
 
     def _metadata_entries(self, metadata: Mapping[str, Any]) -> dict[str, Entry]:
-        entries = {
-            "stats_format_version": encode_loaded(STATUS_FORMAT_VERSION),
-            "trainstatus_version": encode_loaded(__version__),
-        }
+        entries = dict(_OWN_ENTRIES)
         for field, value in metadata.items():
             name = _name(field, "metadata field", self._location)
             if name in _OWN_METADATA:
@@ -760,7 +761,9 @@ class StatusStore:
     def _install(self, document: Document) -> None:
         found = None if document.metadata is None else document.metadata.get("stats_format_version")
         self._newer_format = str(found) if is_newer_format(found) else None
-        meta = {key: encode_loaded(value) for key, value in (document.metadata or {}).items()}
+        meta = document.metadata_entries  # taken out of the file's bytes, when it was render's
+        if meta is None:
+            meta = {key: encode_loaded(value) for key, value in (document.metadata or {}).items()}
         meta.update(self._own_metadata)
         self._meta = meta
         self._doc = document.categories
