@@ -34,9 +34,9 @@ import re
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain, islice, repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -44,7 +44,7 @@ from ._errors import TrainingStatusTypeError, TrainingStatusValueError
 
 __all__ = [
     "Entry", "check_name", "decode", "encode_loaded", "encode_value", "entries_from_rendered", "parse_document",
-    "render",
+    "read_rendered", "render",
 ]
 
 _OPTIONS = orjson.OPT_INDENT_2
@@ -562,6 +562,8 @@ def render(document: Mapping[str, Mapping[str, Entry]]) -> bytes:
 
 
 _RAW = operator.itemgetter(0)  # Entry.raw, in C
+_ENTRY_SEP = b",\n    "
+_CATEGORY_SEP = b",\n  "
 
 
 # The separators of a rendered file. In it every newline is layout (JSON text escapes the newlines
@@ -571,14 +573,41 @@ _KEY_LINE = b'\n    "'
 _CATEGORY_END = b"\n  }"
 
 
+def read_rendered(data: bytes) -> tuple[dict[str, Any], dict[str, dict[str, Entry]]] | None:
+    """A file ``render`` wrote: what it holds, parsed, and its entries (``entries_from_rendered``).
+
+    None for any other file, which is then read the long way (``parse_document``), errors and all.
+    orjson reads it without ``parse_document``'s look for long digit runs (a pass over the file):
+    an integer orjson would read as a float is written back with a '.' or an 'e', so the file
+    would not be render's output.
+    """
+    if not data.startswith(b'{\n  "'):
+        return None
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        if b"NaN" not in data and b"Infinity" not in data:
+            return None
+        try:
+            parsed = json.loads(data)  # render's NaN literals; integers are exact in json
+        except (ValueError, RecursionError):
+            return None
+    if type(parsed) is not dict or not all(type(value) is dict for value in parsed.values()):
+        return None
+    entries = entries_from_rendered(parsed, data)
+    return None if entries is None else (parsed, entries)
+
+
 def entries_from_rendered(parsed: Mapping[str, Any], data: bytes) -> dict[str, dict[str, Entry]] | None:
     """Each category's entries as the bytes they already have in ``data``, or None.
 
     Only for a file that is exactly ``render``'s output for what was parsed from it, which one
-    orjson encoding of the whole parse shows (a C pass, a tenth of encoding value by value, as
+    orjson encoding of the whole parse shows (a C pass, a fraction of encoding value by value, as
     opening did before). Then each value's bytes are already what encoding it would give, and
-    they are sliced out. A file that is not (ML-Agents' indent, NaN literals, an integer beyond
-    64 bits, a key repeated, a hand edit) gets None: its values are encoded one by one.
+    they are sliced out. NaN and the infinities, which orjson writes as null, are allowed where
+    the file spells them as literals and the parse holds them: values holding one are marked
+    ``exotic``. A file that is not render's (ML-Agents' indent, an integer beyond 64 bits, a key
+    repeated, a hand edit) gets None: its values are encoded one by one.
     ``parsed``'s top-level values are dicts (the metadata block is one of them).
     """
     if not data.startswith(b'{\n  "'):
@@ -587,7 +616,8 @@ def entries_from_rendered(parsed: Mapping[str, Any], data: bytes) -> dict[str, d
         whole = orjson.dumps(parsed, option=_OPTIONS)
     except TypeError:  # what orjson cannot write cannot be what it wrote
         return None
-    if len(data) != len(whole) + 1 or not data.startswith(whole) or not data.endswith(b"\n"):
+    literals = not _is_rendering(data, whole)
+    if literals and not _is_rendering(_nulled(data), whole):
         return None
     categories: dict[str, dict[str, Entry]] = {}
     find, at = data.find, 1  # at: the newline before the next category's line
@@ -601,15 +631,33 @@ def entries_from_rendered(parsed: Mapping[str, Any], data: bytes) -> dict[str, d
             # step per key was most of the cost of opening a file of small values.
             pieces = data[start + 1:end - 3].split(_KEY_LINE)
             cuts = map(slice, map(operator.add, map(len, _name_bytes(value)), repeat(1)), repeat(-1))
-            raws = map(operator.getitem, islice(pieces, 1, None), cuts)
-            categories[name] = dict(zip(value, map(_new_entry, repeat(Entry), zip(raws, repeat(False)))))
+            raws = cast("Iterator[bytes]", map(operator.getitem, islice(pieces, 1, None), cuts))
+            made: Iterable[tuple[bytes, bool]]
+            if literals:  # a value whose bytes hold no literal holds no non-finite float
+                listed = list(raws)
+                made = zip(listed, map(_has_literal, listed))
+            else:
+                made = zip(raws, repeat(False))
+            categories[name] = dict(zip(value, map(_new_entry, repeat(Entry), made)))
         else:
             categories[name] = {}
         at = end + 1  # past the comma (or the newline of the last one's closing brace)
     return categories
 
-_ENTRY_SEP = b",\n    "
-_CATEGORY_SEP = b",\n  "
+
+def _is_rendering(data: bytes, whole: bytes) -> bool:
+    """Whether ``data`` is ``whole`` and the newline render ends a file with."""
+    return len(data) == len(whole) + 1 and data.startswith(whole) and data.endswith(b"\n")
+
+
+def _nulled(data: bytes) -> bytes:
+    """``data`` with each NaN/Infinity literal written as orjson writes them: null."""
+    return data.replace(b"-Infinity", b"null").replace(b"Infinity", b"null").replace(b"NaN", b"null")
+
+
+def _has_literal(raw: bytes) -> bool:
+    return b"NaN" in raw or b"Infinity" in raw
+
 
 
 class _Plain:

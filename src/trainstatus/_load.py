@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ._codec import PAUSE_FROM, Entry, collector_paused, encode_loaded, entries_from_rendered, parse_document, render
+from ._codec import PAUSE_FROM, Entry, collector_paused, encode_loaded, parse_document, read_rendered, render
 from ._errors import TrainingStatusVersionWarning, warn
 from ._version import STATUS_FORMAT_VERSION
 
@@ -210,6 +210,10 @@ def load_document(data: bytes) -> Document:
 
 
 def _load_document(data: bytes) -> Document:
+    rendered = read_rendered(data)
+    if rendered is not None:  # a file trainstatus wrote: its values' bytes are taken as they stand
+        parsed, entries = rendered
+        return Document(entries, parsed.get(METADATA), [], [], entries.pop(METADATA, None))
     if not data.strip():
         raise Corrupt("it is empty" if not data else "it holds only whitespace")
     try:
@@ -233,11 +237,6 @@ def _load_document(data: bytes) -> Document:
             what = "the metadata block" if name == METADATA else f"category {name!r}"
             raise Corrupt(f"{what} is {_kind(value)}, not an object")
     metadata: dict[str, Any] | None = None if METADATA in skipped else parsed.get(METADATA)
-    if not skipped:
-        # A file trainstatus wrote: its values' bytes are taken as they stand (see the function).
-        sliced = entries_from_rendered(parsed, data)
-        if sliced is not None:
-            return Document(sliced, metadata, skipped, [], sliced.pop(METADATA, None))
     categories: dict[str, dict[str, Entry]] = {}
     for name, value in parsed.items():
         if name == METADATA or name in skipped:
