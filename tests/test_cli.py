@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from _helpers import read_fresh, same, soft_holder, soft_message
 
-from trainstatus import TrainingStatusVersionWarning, __version__
+from trainstatus import StatusStore, TrainingStatusVersionWarning, __version__
 from trainstatus._load import Corrupt, check_metadata, load_document
 
 DATA = Path(__file__).parent / "data" / "mlagents_training_status.json"
@@ -991,3 +991,24 @@ def test_help_and_usage_errors_load_no_store_and_the_lock_modes_agree() -> None:
     for argv, status in ((["--help"], 0), (["show", "--help"], 0), (["diff", "--help"], 0), (["nosuch"], 2)):
         done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
         assert done.stdout.strip().splitlines()[-1] == f"{status} []", (argv, done.stdout, done.stderr)
+
+
+def test_show_and_get_read_with_json_alone(tmp_path: Path) -> None:
+    """show and get load neither the codec nor orjson (their start-up was mostly that import)."""
+    status = tmp_path / "status.json"
+    with StatusStore(status) as store:
+        store.set("Walker", "lesson", 3)
+    code = (
+        "import contextlib, io, sys\n"
+        "from trainstatus._cli_main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    status = main(sys.argv[1:])\n"
+        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._codec', 'trainstatus._store', 'trainstatus._cli') "
+        "if m in sys.modules)\n"
+        "print(status, heavy, out.getvalue().count('lesson'))\n"
+    )
+    for argv, expected in ((["show", str(status)], "0 [] 1"), (["get", str(status), "Walker", "lesson"], "0 [] 0"),
+                           (["show", "--json", str(status)], "0 [] 1")):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == expected, (argv, done.stdout, done.stderr)
+

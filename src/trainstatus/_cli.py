@@ -33,29 +33,28 @@ import warnings
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import _history, _names
-from ._codec import decode, parse_document
-from ._errors import (
-    TrainingStatusError,
-    TrainingStatusLockTimeout,
-    TrainingStatusValueError,
-    TrainingStatusVersionError,
-    TrainingStatusVersionWarning,
-    TrainingStatusWarning,
+from ._cli_base import (
+    EXIT_ERROR,
+    EXIT_NOT_SET,
+    EXIT_OK,
+    EXIT_WARNINGS,
+    MISSING,
+    _duplicate_problem,
+    _cli_words,
+    _Fail,
+    _json,
+    _label,
+    _plural,
+    _read_bytes,
+    _read_status,
+    _unreadable,
+    _where,
+    run,
 )
-from ._load import (
-    DOWNGRADE_ADVICE,
-    METADATA,
-    STATUS_FORMAT_VERSION,
-    Corrupt,
-    Document,
-    Duplicate,
-    check_metadata,
-    find_duplicates,
-    load_document,
-)
-from ._location import file_url_advice, url_scheme
+from ._codec import decode
+from ._errors import TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusVersionError, TrainingStatusWarning
+from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, find_duplicates, load_document
 from ._locking import SOFT_LEASE_SECONDS
-from ._s3 import is_s3_url
 from ._storage import LocalFile
 from ._cli_main import DEFAULT_LOCK_TIMEOUT, PROG, main
 from ._lazy import lazy_module
@@ -68,78 +67,26 @@ else:  # only the commands that write (and check --files) need them: show, get, 
 
 __all__ = ["main", "run"]
 
-EXIT_OK = 0
-EXIT_NOT_SET = 1  # get/delete of a key that is not set
-EXIT_WARNINGS = 1  # check: sound, with warnings
-EXIT_ERROR = 2  # check: corrupt or unreadable; every other command: an error
-
-_MISSING = object()
 _CMDLINE_MAX = 1000
 
 
-class _Fail(Exception):
-    """A user error: one line on stderr and the exit status ``code``."""
-
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 # -- small helpers ----------------------------------------------------------------------------
 
 
-def _json(value: Any, *, indent: int | None = None) -> str:
-    """JSON text as Python's json writes it: NaN/Infinity literals, keys in their order."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=True, indent=indent)
 
 
-def _label(name: str) -> str:
-    """A category or key as shown: itself, or JSON-quoted when it would not read as one word."""
-    if name and name.isprintable() and name.strip() == name:
-        return name
-    return _json(name)
 
 
-def _where(category: str, key: str) -> str:
-    return f"{_label(category)}/{_label(key)}"
 
 
-def _plural(count: int, word: str, words: str | None = None) -> str:
-    return f"{count} {word if count == 1 else words or word + 's'}"
 
 
-def _read_bytes(path: str) -> bytes:
-    """The whole file (symlinks followed), or ``OSError``; never blocks on a FIFO."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, flags)
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno_codes.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno_codes.EINVAL, "not a regular file", path)
-        chunks = []
-        while chunk := os.read(fd, max(st.st_size + 1, 65536)):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
-def _unreadable(path: str, exc: OSError) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return f"no status file at {path}"
-    if isinstance(exc, IsADirectoryError):
-        return f"cannot read {path}: it is a directory, not a status file"
-    return f"cannot read {path}: {exc.strerror or exc}"
 
 
-def _read_status(path: str) -> bytes:
-    try:
-        return _read_bytes(path)
-    except OSError as exc:
-        raise _Fail(_unreadable(path, exc)) from None
 
 
 def _load(path: str) -> Document:
@@ -157,28 +104,8 @@ def _validated(path: str, data: bytes) -> Document:
     return document
 
 
-def _duplicate_problem(duplicate: Duplicate) -> str:
-    return f"{duplicate}; edit the file so it appears once, with the value to keep"
 
 
-def _local_only(path: str) -> None:
-    """Refuse a URL before anything is read or created: the command line reads local files only."""
-    if is_s3_url(path):
-        raise _Fail(
-            f"{path}: the command line works on local files only. Copy the object down "
-            f"(aws s3 cp {path} .) and inspect that, or open it from Python with "
-            "StatusStore(url, storage_options=...)."
-        )
-    scheme = url_scheme(path)
-    if scheme is None:
-        return
-    if scheme.lower() == "file":
-        advice = file_url_advice(path)
-    else:
-        advice = (f"copy the file down and give its local path, or, for a local directory named "
-                  f"'{scheme}:', write ./{path}")
-    raise _Fail(f"{path}: {scheme}:// URLs are not supported; the command line works on local files "
-                f"only. {advice[0].upper()}{advice[1:]}.")
 
 
 def _target(path: str) -> tuple[str, str]:
@@ -197,71 +124,14 @@ def _shown_directory(path: str, directory: str) -> str:
 # -- show, get --------------------------------------------------------------------------------
 
 
-def _is_checkpoint_list(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(item, dict) and "steps" in item and "file_path" in item for item in value)
-    )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (
-        isinstance(value, float) and math.isnan(value)
-    )
 
 
-def _summary(value: Any) -> str:
-    if _is_checkpoint_list(value):
-        newest = value[-1]
-        if all(_is_number(item["steps"]) for item in value):
-            newest = max(value, key=lambda item: item["steps"])
-        path = newest["file_path"]
-        shown = path if isinstance(path, str) else _json(path)
-        return f"{_plural(len(value), 'checkpoint')}, newest step {_json(newest['steps'])}: {shown}"
-    return _json(value)
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
-    if args.json:
-        data = _read_status(args.path)
-        _validated(args.path, data)
-        # Everything the file holds, in its order (a newer format's entries included).
-        print(_json(parse_document(data), indent=2))
-        return EXIT_OK
-    document = _load(args.path)
-    check_metadata(document.metadata, {}, location=args.path)  # warnings: one line each on stderr
-    lines = []
-    if document.metadata is None:
-        lines.append("metadata: none (the file has no metadata block)")
-    else:
-        lines.append("metadata:")
-        lines.extend(f"  {_label(field)}: {_json(value)}" for field, value in document.metadata.items())
-    for category, entries in document.categories.items():
-        if not entries:
-            lines.append(f"{_label(category)}: (no keys)")
-            continue
-        lines.append(f"{_label(category)}:")
-        lines.extend(f"  {_label(key)}: {_summary(decode(entry))}" for key, entry in entries.items())
-    for name in document.skipped:
-        lines.append(f"{_label(name)}: (an entry of a newer format, not read by this trainstatus)")
-    if not document.categories and not document.skipped:
-        lines.append("(no categories)")
-    print("\n".join(lines))
-    return EXIT_OK
 
 
-def _cmd_get(args: argparse.Namespace) -> int:
-    document = _load(args.path)
-    if args.category == METADATA:
-        value = (document.metadata or {}).get(args.key, _MISSING)
-    else:
-        entry = document.categories.get(args.category, {}).get(args.key)
-        value = _MISSING if entry is None else decode(entry)
-    if value is _MISSING:
-        raise _Fail(f"{_where(args.category, args.key)} is not set in {args.path}", EXIT_NOT_SET)
-    print(_json(value, indent=None if args.compact else 2))
-    return EXIT_OK
 
 
 # -- set, delete --------------------------------------------------------------------------------
@@ -378,7 +248,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
     try:
         with store.transaction():
             created = not os.path.exists(store.path)
-            old = store.get(args.category, args.key, _MISSING)
+            old = store.get(args.category, args.key, MISSING)
             store.set(args.category, args.key, value)
     except TrainingStatusValueError as exc:
         raise _reserved(exc, args) or exc
@@ -388,7 +258,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
         store.close()
     if created:
         print(f"created {args.path}")
-    before = "(not set)" if old is _MISSING else _json(old)
+    before = "(not set)" if old is MISSING else _json(old)
     print(f"{_where(args.category, args.key)}: {before} -> {_json(value)}")
     return EXIT_OK
 
@@ -399,7 +269,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
         with store.transaction():
-            old = store.get(args.category, args.key, _MISSING)
+            old = store.get(args.category, args.key, MISSING)
             removed = store.delete(args.category, args.key)
     except TrainingStatusValueError as exc:
         raise _reserved(exc, args) or exc
@@ -826,68 +696,13 @@ def _no_subcommand(args: argparse.Namespace) -> int:  # pragma: no cover - argpa
 # -- main -------------------------------------------------------------------------------------------
 
 
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
-def _cli_words(message: str) -> str:
-    """A library message with the command line's flag where it names the Python keyword."""
-    return message.replace(DOWNGRADE_ADVICE, "unless set or delete is given --allow-downgrade")
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: TextIO | None = None, line: str | None = None) -> None:
-    if issubclass(category, TrainingStatusWarning):
-        text = str(message)
-        if issubclass(category, TrainingStatusVersionWarning):
-            text = _cli_words(text)
-        print(f"{PROG}: warning: {text}", file=sys.stderr)
-    else:
-        _default_show_warning(message, category, filename, lineno, file, line)
 
 
-_default_show_warning = warnings.showwarning
 
 
-def _describe_os_error(exc: OSError) -> str:
-    if isinstance(exc, TrainingStatusError):
-        return str(exc)
-    if exc.strerror and exc.filename:
-        return f"{exc.filename}: {exc.strerror}"
-    return str(exc)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the command ``_cli_main.main`` parsed; return the exit status."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:  # a lone surrogate from a file prints as its \\u escape
-            reconfigure(errors="backslashreplace")
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", TrainingStatusWarning)
-        warnings.showwarning = _show_warning
-        try:
-            _local_only(getattr(args, "path", ""))
-            status: int = args.run(args)
-            sys.stdout.flush()
-            return status
-        except _Fail as exc:
-            _error(exc.message)
-            return exc.code
-        except TrainingStatusLockTimeout as exc:
-            if getattr(args, "lock", "flock") == "soft":
-                # A soft lock's own message names the lease file and its holder (pid and host).
-                _error(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout"))
-            else:
-                _error(_lock_timeout_message(exc, args.lock_timeout))
-            return EXIT_ERROR
-        except BrokenPipeError:
-            # The reader went away (`trainstatus show ... | head`): stop quietly.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            return EXIT_ERROR
-        except (TrainingStatusError, OSError) as exc:
-            _error(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
-            return EXIT_ERROR
-        except KeyboardInterrupt:
-            return 130

@@ -14,17 +14,8 @@ import os
 import warnings
 
 from . import _history
-from ._cli import (
-    EXIT_OK,
-    _Fail,
-    _json,
-    _label,
-    _plural,
-    _read_bytes,
-    _shown_directory,
-    _target,
-    _unreadable,
-)
+from ._cli import _shown_directory, _target
+from ._cli_base import EXIT_OK, _Fail, _json, _label, _plural, _read_bytes, _unreadable
 from ._cli_main import CURRENT as _CURRENT
 from ._cli_main import PROG
 from ._codec import Entry, decode

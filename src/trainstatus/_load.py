@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections import namedtuple
 
-from ._codec import PAUSE_FROM, Entry, collector_paused, encode_loaded, parse_document, read_rendered, render
 from ._errors import TrainingStatusVersionWarning, warn
 from ._version import STATUS_FORMAT_VERSION
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, for the names only type checkers import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ._codec import Entry
+# The codec (and orjson, 30 ms to import) is imported by the first load_document, not here:
+# ``trainstatus show`` and ``get`` read with load_values, which needs only Python's json.
 
 __all__ = [
     "DOWNGRADE_ADVICE",
@@ -37,6 +44,8 @@ __all__ = [
     "is_newer_format",
     "find_duplicates",
     "load_document",
+    "load_values",
+    "Values",
 ]
 
 
@@ -53,7 +62,7 @@ class Corrupt(Exception):
         self.reason = reason
 
 
-class Duplicate(NamedTuple):
+class Duplicate(namedtuple("Duplicate", ("where", "values"))):  # not typing's: 5 ms of `trainstatus show`
     """A name given more than once in one object of a file; its last value is the one read.
 
     ``where``: the names (and list indexes) from the top of the document down to it:
@@ -62,6 +71,7 @@ class Duplicate(NamedTuple):
     in file order, exactly as Python's json reads them (NaN, integers beyond 64 bits).
     """
 
+    __slots__ = ()
     where: tuple[str | int, ...]
     values: tuple[Any, ...]
 
@@ -148,6 +158,12 @@ def find_duplicates(data: bytes) -> list[Duplicate]:
     hands each object's pairs over before they become a dict; only an object with a repeated
     name is kept aside, and only when one was seen is the tree walked to say where it is.
     """
+    return _parse_noting_duplicates(data)[1]
+
+
+def _parse_noting_duplicates(data: bytes) -> tuple[Any, list[Duplicate]]:
+    """``data`` parsed by Python's json (each object a dict, its last value for a repeated name)
+    and the duplicates (see ``find_duplicates``). ``Corrupt`` when it is not JSON."""
     repeated = False
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -158,12 +174,17 @@ def find_duplicates(data: bytes) -> list[Duplicate]:
         repeated = True
         return _Repeated(pairs)
 
-    tree = json.loads(data, object_pairs_hook=pairs_hook)
+    try:
+        tree = json.loads(data, object_pairs_hook=pairs_hook)
+    except RecursionError:
+        raise Corrupt("it is nested too deeply to be a status file") from None
+    except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
+        raise Corrupt(f"it is not valid JSON ({exc})") from None
     if not repeated:
-        return []
+        return tree, []
     found: list[Duplicate] = []
     _collect(tree, (), found)
-    return found
+    return tree, found
 
 
 def _collect(value: Any, where: tuple[str | int, ...], found: list[Duplicate]) -> None:
@@ -184,44 +205,24 @@ def _collect(value: Any, where: tuple[str | int, ...], found: list[Duplicate]) -
 _RENDERED_START = b'{\n  "'
 
 
-def _renders_back(parsed: dict[str, Any], categories: dict[str, dict[str, Entry]], data: bytes) -> bool:
+def _renders_back(parsed: dict[str, Any], categories: dict[str, dict[str, Entry]], data: bytes, codec: Any) -> bool:
     """Whether ``render`` gives back exactly ``data``: then no object in it repeats a name."""
     document: dict[str, Mapping[str, Entry]] = {}
     for name, value in parsed.items():
         if name == METADATA:
-            document[name] = {key: encode_loaded(item) for key, item in value.items()}
+            document[name] = {key: codec.encode_loaded(item) for key, item in value.items()}
         else:
             document[name] = categories[name]
-    return render(document) == data
+    return bool(codec.render(document) == data)
 
 
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
-def load_document(data: bytes) -> Document:
-    """Parse and validate a whole file; raise ``Corrupt`` when it is not a status document."""
-    if len(data) >= PAUSE_FROM:
-        with collector_paused():  # a big file: see _codec.collector_paused
-            return _load_document(data)
-    return _load_document(data)
-
-
-def _load_document(data: bytes) -> Document:
-    rendered = read_rendered(data)
-    if rendered is not None:  # a file trainstatus wrote: its values' bytes are taken as they stand
-        parsed, entries = rendered
-        return Document(entries, parsed.get(METADATA), [], [], entries.pop(METADATA, None))
+def _check_text(data: bytes) -> None:
     if not data.strip():
         raise Corrupt("it is empty" if not data else "it holds only whitespace")
-    try:
-        parsed = parse_document(data)
-    except RecursionError:
-        raise Corrupt("it is nested too deeply to be a status file") from None
-    except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError, orjson's errors
-        raise Corrupt(f"it is not valid JSON ({exc})") from None
+
+
+def _top_level(parsed: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """The metadata block and the names skipped as a newer format's; ``Corrupt`` if it is none."""
     if not isinstance(parsed, dict):
         raise Corrupt(f"its top level is {_kind(parsed)}, not an object")
     found_metadata = parsed.get(METADATA)
@@ -236,21 +237,77 @@ def _load_document(data: bytes) -> Document:
                 continue
             what = "the metadata block" if name == METADATA else f"category {name!r}"
             raise Corrupt(f"{what} is {_kind(value)}, not an object")
-    metadata: dict[str, Any] | None = None if METADATA in skipped else parsed.get(METADATA)
+    return (None if METADATA in skipped else found_metadata), skipped
+
+
+class Values:
+    """A status file read as plain values (``load_values``)."""
+
+    __slots__ = ("categories", "duplicates", "metadata", "skipped", "tree")
+
+    def __init__(self, categories: dict[str, dict[str, Any]], metadata: dict[str, Any] | None, skipped: list[str],
+                 duplicates: list[Duplicate], tree: dict[str, Any]) -> None:
+        self.categories = categories
+        self.metadata = metadata  # None: the file has no metadata block
+        self.skipped = skipped  # newer-format entries not read
+        self.duplicates = duplicates  # names given more than once, in file order
+        self.tree = tree  # the whole file, in its order, newer-format entries included
+
+
+def load_values(data: bytes) -> Values:
+    """What ``load_document`` reads, as plain values, with Python's json alone; ``Corrupt`` likewise.
+
+    For the command line's reading commands, which print what they read once: importing orjson
+    and the codec (30-40 ms) is most of their run time on a small file. Python's json is what
+    ``parse_document`` falls back on, so both read the same values from any file.
+    """
+    _check_text(data)
+    tree, duplicates = _parse_noting_duplicates(data)
+    metadata, skipped = _top_level(tree)
+    categories = {name: value for name, value in tree.items() if name != METADATA and name not in skipped}
+    return Values(categories, metadata, skipped, duplicates, tree)
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def load_document(data: bytes) -> Document:
+    """Parse and validate a whole file; raise ``Corrupt`` when it is not a status document."""
+    from . import _codec
+
+    if len(data) >= _codec.PAUSE_FROM:
+        with _codec.collector_paused():  # a big file: see _codec.collector_paused
+            return _load_document(data, _codec)
+    return _load_document(data, _codec)
+
+
+def _load_document(data: bytes, codec: Any) -> Document:
+    rendered = codec.read_rendered(data)
+    if rendered is not None:  # a file trainstatus wrote: its values' bytes are taken as they stand
+        parsed, entries = rendered
+        return Document(entries, parsed.get(METADATA), [], [], entries.pop(METADATA, None))
+    _check_text(data)
+    try:
+        parsed = codec.parse_document(data)
+    except RecursionError:
+        raise Corrupt("it is nested too deeply to be a status file") from None
+    except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError, orjson's errors
+        raise Corrupt(f"it is not valid JSON ({exc})") from None
+    metadata, skipped = _top_level(parsed)
     categories: dict[str, dict[str, Entry]] = {}
     for name, value in parsed.items():
         if name == METADATA or name in skipped:
             continue
         try:
-            categories[name] = {key: encode_loaded(item) for key, item in value.items()}
+            categories[name] = {key: codec.encode_loaded(item) for key, item in value.items()}
         except RecursionError:  # deeper than Python's json can write back (orjson read it)
             raise Corrupt(f"category {name!r} is nested too deeply to be a status file") from None
     duplicates: list[Duplicate] = []
-    if skipped or not (data.startswith(_RENDERED_START) and _renders_back(parsed, categories, data)):
-        try:
-            duplicates = find_duplicates(data)
-        except RecursionError:  # orjson read deeper than Python's json can
-            raise Corrupt("it is nested too deeply to be a status file") from None
+    if skipped or not (data.startswith(_RENDERED_START) and _renders_back(parsed, categories, data, codec)):
+        duplicates = find_duplicates(data)  # Corrupt where orjson read deeper than Python's json can
     return Document(categories, metadata, skipped, duplicates)
 
 

@@ -25,6 +25,7 @@ from typing import Any, ContextManager
 
 from . import _interrupts
 from ._errors import TrainingStatusError, TrainingStatusReadError, TrainingStatusValueError, TrainingStatusWriteError
+from ._location import is_s3_url
 from ._storage import Conflict, Storage
 
 __all__ = ["S3Object", "is_s3_url"]
@@ -42,10 +43,6 @@ _CONFIG_DEFAULTS: dict[str, Any] = {"retries": {"total_max_attempts": 3, "mode":
 
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _MISSING_KEY_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
-
-
-def is_s3_url(location: str) -> bool:
-    return location[:5].lower() == "s3://"
 
 
 def _split(url: str) -> tuple[str, str]:

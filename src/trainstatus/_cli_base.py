@@ -1,0 +1,192 @@
+"""What every ``trainstatus`` command shares: exit statuses, one-line errors and warnings, reading
+a file's bytes, and ``run``, which runs the command ``_cli_main`` parsed.
+
+The reading commands ``show`` and ``get`` (``_cli_read``) need nothing more than this and Python's
+json, so that printing a small file costs little more than starting the interpreter; the other
+commands live in ``_cli`` (and ``_cli_history``), which loads the store, the codec and orjson.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno as errno_codes
+import json
+import os
+import stat
+import sys
+import warnings
+from ._cli_main import PROG
+from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusVersionWarning, TrainingStatusWarning
+from ._load import DOWNGRADE_ADVICE, Duplicate
+from ._location import file_url_advice, is_s3_url, url_scheme
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of every command)
+if TYPE_CHECKING:
+    from typing import Any, TextIO
+
+__all__ = ["EXIT_ERROR", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "run"]
+
+EXIT_OK = 0
+EXIT_NOT_SET = 1  # get/delete of a key that is not set
+EXIT_WARNINGS = 1  # check: sound, with warnings
+EXIT_ERROR = 2  # check: corrupt or unreadable; every other command: an error
+
+MISSING = object()  # a default no value is
+
+
+class _Fail(Exception):
+    """A user error: one line on stderr and the exit status ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _json(value: Any, *, indent: int | None = None) -> str:
+    """JSON text as Python's json writes it: NaN/Infinity literals, keys in their order."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=True, indent=indent)
+
+
+def _label(name: str) -> str:
+    """A category or key as shown: itself, or JSON-quoted when it would not read as one word."""
+    if name and name.isprintable() and name.strip() == name:
+        return name
+    return _json(name)
+
+
+def _where(category: str, key: str) -> str:
+    return f"{_label(category)}/{_label(key)}"
+
+
+def _plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def _read_bytes(path: str) -> bytes:
+    """The whole file (symlinks followed), or ``OSError``; never blocks on a FIFO."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno_codes.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno_codes.EINVAL, "not a regular file", path)
+        chunks = []
+        while chunk := os.read(fd, max(st.st_size + 1, 65536)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unreadable(path: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"no status file at {path}"
+    if isinstance(exc, IsADirectoryError):
+        return f"cannot read {path}: it is a directory, not a status file"
+    return f"cannot read {path}: {exc.strerror or exc}"
+
+
+def _read_status(path: str) -> bytes:
+    try:
+        return _read_bytes(path)
+    except OSError as exc:
+        raise _Fail(_unreadable(path, exc)) from None
+
+
+def _duplicate_problem(duplicate: Duplicate) -> str:
+    return f"{duplicate}; edit the file so it appears once, with the value to keep"
+
+
+def _local_only(path: str) -> None:
+    """Refuse a URL before anything is read or created: the command line reads local files only."""
+    if is_s3_url(path):
+        raise _Fail(
+            f"{path}: the command line works on local files only. Copy the object down "
+            f"(aws s3 cp {path} .) and inspect that, or open it from Python with "
+            "StatusStore(url, storage_options=...)."
+        )
+    scheme = url_scheme(path)
+    if scheme is None:
+        return
+    if scheme.lower() == "file":
+        advice = file_url_advice(path)
+    else:
+        advice = (f"copy the file down and give its local path, or, for a local directory named "
+                  f"'{scheme}:', write ./{path}")
+    raise _Fail(f"{path}: {scheme}:// URLs are not supported; the command line works on local files "
+                f"only. {advice[0].upper()}{advice[1:]}.")
+
+
+# -- running a command ------------------------------------------------------------------------------
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def _cli_words(message: str) -> str:
+    """A library message with the command line's flag where it names the Python keyword."""
+    return message.replace(DOWNGRADE_ADVICE, "unless set or delete is given --allow-downgrade")
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    if issubclass(category, TrainingStatusWarning):
+        text = str(message)
+        if issubclass(category, TrainingStatusVersionWarning):
+            text = _cli_words(text)
+        print(f"{PROG}: warning: {text}", file=sys.stderr)
+    else:
+        _default_show_warning(message, category, filename, lineno, file, line)
+
+
+_default_show_warning = warnings.showwarning
+
+
+def _describe_os_error(exc: OSError) -> str:
+    if isinstance(exc, TrainingStatusError):
+        return str(exc)
+    if exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command ``_cli_main.main`` parsed; return the exit status."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:  # a lone surrogate from a file prints as its \\u escape
+            reconfigure(errors="backslashreplace")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", TrainingStatusWarning)
+        warnings.showwarning = _show_warning
+        try:
+            _local_only(getattr(args, "path", ""))
+            status: int = args.run(args)
+            sys.stdout.flush()
+            return status
+        except _Fail as exc:
+            _error(exc.message)
+            return exc.code
+        except TrainingStatusLockTimeout as exc:
+            if getattr(args, "lock", "flock") == "soft":
+                # A soft lock's own message names the lease file and its holder (pid and host).
+                _error(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout"))
+            else:
+                from ._cli import _lock_timeout_message  # a lock was taken: _cli is loaded
+
+                _error(_lock_timeout_message(exc, args.lock_timeout))
+            return EXIT_ERROR
+        except BrokenPipeError:
+            # The reader went away (`trainstatus show ... | head`): stop quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_ERROR
+        except (TrainingStatusError, OSError) as exc:
+            _error(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
+            return EXIT_ERROR
+        except KeyboardInterrupt:
+            return 130
