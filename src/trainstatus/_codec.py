@@ -652,7 +652,9 @@ def _is_rendering(data: bytes, whole: bytes) -> bool:
 
 def _nulled(data: bytes) -> bytes:
     """``data`` with each NaN/Infinity literal written as orjson writes them: null."""
-    return data.replace(b"-Infinity", b"null").replace(b"Infinity", b"null").replace(b"NaN", b"null")
+    if b"Infinity" in data:  # a look costs a fifth of a replace, which copies the file
+        data = data.replace(b"-Infinity", b"null").replace(b"Infinity", b"null")
+    return data.replace(b"NaN", b"null")
 
 
 def _has_literal(raw: bytes) -> bool:
