@@ -95,6 +95,8 @@ def parse(page: Path) -> list[Block]:
             first = i
             while not lines[i].rstrip().endswith("-->"):
                 i += 1
+                if i == len(lines):
+                    raise AssertionError(f"{page.relative_to(ROOT)}:{first + 1}: an HTML comment is never closed")
             text = "\n".join(lines[first:i + 1])
             marker = _MARKER.match(text)
             if marker is None:  # an ordinary comment
@@ -124,16 +126,13 @@ def _id(page: Path) -> str:
 DRIVER = r'''
 import json, os, re, subprocess, sys, traceback, warnings
 
+from trainstatus import TrainingStatusWarning  # cheap: the store itself loads on first use
+
 steps = json.load(sys.stdin)
-# Warnings that an example does not mean to raise are rot; trainstatus's own warnings are what
-# several examples show (a resume without a file), so they are only printed.
+# A warning an example does not mean to raise (a deprecation, say) is rot: an error. trainstatus's
+# own warnings are what some examples show (a resume without a file): printed, on stderr.
 warnings.simplefilter("error")
-warnings.filterwarnings("default", category=UserWarning, module="trainstatus")
-try:
-    from trainstatus import TrainingStatusWarning
-    warnings.simplefilter("default", TrainingStatusWarning)
-except ImportError:
-    pass
+warnings.simplefilter("default", TrainingStatusWarning)
 
 def normalise(text):
     text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", "<time>", text)
@@ -144,6 +143,7 @@ def normalise(text):
 cwd = os.getcwd()
 script = os.path.join(os.path.dirname(sys.executable), "trainstatus")
 command = [script] if os.path.exists(script) else [sys.executable, "-m", "trainstatus"]
+# Unbuffered, so that stdout and stderr interleave as on a terminal; a fixed width for argparse.
 env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="100")
 namespace = {"__name__": "__docs__"}
 for step in steps:
@@ -155,22 +155,26 @@ for step in steps:
             continue
         status = None
         for run in step["commands"]:
+            here = f"{step['file']}:{run['line']}"
             if run["argv"] == ["echo", "$?"]:
-                got, status = str(status), 0  # shown: echo itself exits 0
-            else:
-                if status not in (None, 0):
-                    raise AssertionError(f"'$ {previous}' exited {status}; show it with '$ echo $?' below it")
-                done = subprocess.run(command + run["argv"][1:], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, env=env, timeout=60)
-                status, previous = done.returncode, run["text"]
-                got = done.stdout.replace(os.path.realpath(cwd), "SHOWN_CWD").replace(cwd, "SHOWN_CWD")
+                if status is None:
+                    raise AssertionError(f"{here}: '$ echo $?' needs a command above it")
+                if run["expected"].strip() != str(status):
+                    raise AssertionError(f"{previous} exited {status}; the block shows {run['expected'].strip()!r} "
+                                         f"under its '$ echo $?' ({here})")
+                status = 0  # shown; echo itself exits 0
+                continue
+            if status not in (None, 0):
+                raise AssertionError(f"{previous} exited {status}; show it with '$ echo $?' below it")
+            done = subprocess.run(command + run["argv"][1:], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=env, timeout=60)
+            status, previous = done.returncode, f"{here}: '$ {run['text']}'"
+            got = done.stdout.replace(os.path.realpath(cwd), "SHOWN_CWD").replace(cwd, "SHOWN_CWD")
             want, have = normalise(run["expected"]).rstrip(), normalise(got).rstrip()
             if want != have:
-                raise AssertionError(
-                    f"{step['file']}:{run['line']}: '$ {run['text']}' printed\n{have}\n"
-                    f"-- but the block shows --\n{want}")
+                raise AssertionError(f"{previous} printed\n{have}\n-- but the block shows --\n{want}")
         if status not in (None, 0):
-            raise AssertionError(f"'$ {previous}' exited {status}; show it with '$ echo $?' below it")
+            raise AssertionError(f"{previous} exited {status}; show it with '$ echo $?' below it")
     except BaseException as exc:
         print(f"{where}: this {step['kind']} block failed (run in {cwd}):", file=sys.stderr)
         if step["kind"] == "console" and isinstance(exc, AssertionError):
@@ -299,6 +303,22 @@ def test_a_failing_block_names_its_file_and_line(tmp_path: Path) -> None:
     console_fails = run_steps(steps_of(blocks[2:]), tmp_path)
     assert console_fails.returncode == 1
     assert "docs/_selftest.md:12: '$ trainstatus get missing.json a b' printed" in console_fails.stderr
+
+
+def test_an_exit_status_the_block_does_not_show_fails(tmp_path: Path) -> None:
+    (tmp_path / "s.json").write_text('{"a": {"b": 1}}')
+    page = ROOT / "docs" / "_selftest.md"
+    unshown = _parse_text(page, "```console\n$ trainstatus get s.json a c\ntrainstatus: error: a/c is not set in s.json\n```\n", tmp_path)
+    result = run_steps(steps_of(unshown), tmp_path)
+    assert "docs/_selftest.md:2: '$ trainstatus get s.json a c' exited 1; show it with '$ echo $?' below it" in result.stderr
+    wrong = _parse_text(page, "```console\n$ trainstatus get s.json a c\ntrainstatus: error: a/c is not set in s.json\n"
+                              "$ echo $?\n2\n```\n", tmp_path)
+    result = run_steps(steps_of(wrong), tmp_path)
+    assert "exited 1; the block shows '2' under its '$ echo $?' (docs/_selftest.md:4)" in result.stderr
+    shown = _parse_text(page, "```console\n$ trainstatus get s.json a c\ntrainstatus: error: a/c is not set in s.json\n"
+                              "$ echo $?\n1\n$ trainstatus get s.json a b\n1\n```\n", tmp_path)
+    result = run_steps(steps_of(shown), tmp_path)
+    assert result.returncode == 0, result.stderr
 
 
 def _parse_text(page: Path, text: str, tmp_path: Path) -> list[Block]:
