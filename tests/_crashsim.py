@@ -2,7 +2,7 @@
 
 The recorder (an ``os`` interposer that logs the operations deciding what a crash can leave, and
 checks itself by replaying them), the crash model and the state enumerator are the public ones
-(``trainstatus._testing_power``, documented in README's "Testing your trainer's crash recovery").
+(``trainstatus._testing_power``, documented in docs/testing.md, "Testing your trainer's crash recovery").
 This module adds what is specific to the store: its verdict.
 
 The checker
@@ -54,7 +54,7 @@ __all__ = [
 
 
 def temp_name_pattern(name: str) -> re.Pattern[str]:
-    """The temp file names README documents: ``.<name>.trainstatus-<16 hex>.tmp``."""
+    """The temp file names docs/guarantees.md documents: ``.<name>.trainstatus-<16 hex>.tmp``."""
     return re.compile(re.escape(f".{name}.trainstatus-") + r"[0-9a-f]{16}\.tmp")
 
 

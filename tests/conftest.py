@@ -5,7 +5,7 @@
 The ``reliability`` fixture is a session-wide tally: a test that kills writers, checks crash
 states, injects faults, tries damaged files or runs concurrent writers adds what it actually did
 (``reliability.add("kills", n)``). At the end of the run the terminal summary prints the table,
-so the figures in the README come from a command anyone can run:
+so the figures in docs/reliability.md come from a command anyone can run:
 
     python -m pytest tests/test_crash_kill.py tests/test_crash_states.py tests/test_faults_merge.py \
         tests/test_security.py -q -p no:cacheprovider --no-cov

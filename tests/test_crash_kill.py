@@ -75,7 +75,7 @@ assert tuple(FREEZE_POINTS) == POINTS
 
 
 def temp_pattern(name: str) -> re.Pattern[str]:
-    """README's temp file names: ``.<name>.trainstatus-<16 hex>.tmp``."""
+    """The temp file names of docs/guarantees.md: ``.<name>.trainstatus-<16 hex>.tmp``."""
     return re.compile(re.escape(f".{name}.trainstatus-") + r"[0-9a-f]{16}\.tmp")
 
 

@@ -6,7 +6,7 @@ after any prefix of them could leave, materializes each one and opens a ``Status
 The real protocol must recover the old or the new document everywhere, and the new one once the
 call returned. The same checker must catch deliberately broken protocols (no fsync before the
 rename, no directory fsync, writing in place, permission bits set after the rename) and
-``durable=False`` must be exactly as weak as README says.
+``durable=False`` must be exactly as weak as docs/guarantees.md says.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def test_real_protocol_recovers_old_or_new_in_every_crash_state(tmp_path: Path, 
 
 
 def test_durable_false_is_as_weak_as_documented(tmp_path: Path, reliability: Any) -> None:
-    """README: without fsyncs a power loss may lose the last write or leave a damaged file
+    """docs/guarantees.md: without fsyncs a power loss may lose the last write or leave a damaged file
     (kept aside by the next open); nothing else, and never an error at open."""
 
     def overwrite_not_durable(root: Path) -> Callable[[], None]:

@@ -1,4 +1,4 @@
-"""The demo runs on its own and shows what the README says it shows."""
+"""The demo runs on its own and shows what the README and docs/getting-started.md say it shows."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_checkpoint_demo_resumes_from_the_last_complete_checkpoint_after_a_kill_
     assert "skipped the damaged one for steps 3000: yes" in result.stdout
 
 
-# -- the crash-recovery example tests (README: "Testing your trainer's crash recovery") ------------
+# -- the crash-recovery example tests (docs/testing.md) --------------------------------------------
 
 EXAMPLES = EXAMPLE.parent
 CRASH_EXAMPLES = ["test_trainer_crash_fakefs.py", "test_trainer_crash_folder.py", "test_trainer_power_loss.py"]

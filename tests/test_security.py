@@ -4,8 +4,9 @@
   sampled after every os-level operation of a write (the ``_crashsim`` recorder), under umask 0.
 - A symlink (or hard link) planted at the lock path, at a temp file name or at the name a damaged
   file is kept aside under cannot redirect a write or change the file it points at.
-- A status file that is a symlink is followed, as README documents: the target is replaced in its
-  own directory and the link is kept, also when the target is damaged and kept aside.
+- A status file that is a symlink is followed, as docs/guarantees.md documents: the target is
+  replaced in its own directory and the link is kept, also when the target is damaged and kept
+  aside.
 - Loading runs no code: keys and values that other formats treat as instructions (``__reduce__``,
   ``py/object``, ``!!python/object``...) load as plain strings and dicts, with no import, exec or
   process start seen by an audit hook.
@@ -267,7 +268,7 @@ def test_symlink_at_the_kept_aside_name_is_not_followed(tmp_path: Path, monkeypa
     reliability.add("damaged_files", 1, source=SOURCE)
 
 
-# -- a status file that is a symlink (README: followed, link kept) --------------------------------
+# -- a status file that is a symlink (docs/guarantees.md: followed, link kept) --------------------
 
 
 def test_symlinked_status_file_with_damaged_target(tmp_path: Path, reliability: Any) -> None:

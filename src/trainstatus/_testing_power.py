@@ -641,7 +641,7 @@ def power_losses(run: Callable[[], object], check: Callable[[PowerLoss], object]
                  block: int = BLOCK) -> Recording:
     """Run ``run()`` in ``root`` once, recorded; then ``check`` every state a power loss could leave.
 
-    Each distinct state (see the crash model in this module's documentation) is laid out in a
+    Each distinct state (the crash model: "Power loss" in docs/testing.md) is laid out in a
     fresh folder under ``scratch`` (default: a new temporary directory, removed at the end) with
     the names it has under ``root``; ``check(loss)`` should open the store there
     (``os.path.join(loss.folder, "run_logs", "training_status.json")``), as the restarted trainer

@@ -11,7 +11,8 @@ optional, and this module imports neither):
   ``pytest.mark.parametrize``; ``every_crash(run, check, root=...)`` runs them all.
 - ``power_losses(run, check, root=...)``: records every os operation ``run()`` makes in ``root``
   and hands ``check`` each state a power loss after any of them could leave, laid out in a
-  folder (the model is in ``trainstatus._testing_power``'s documentation and the README).
+  folder (the model is described under "Power loss" in docs/testing.md, the manual's page on
+  testing your trainer's crash recovery).
 - A pytest plugin (installed with trainstatus, loaded lazily): the ``crash_point`` fixture,
   parametrized by ``@pytest.mark.trainstatus_crash_points(writes=N)``.
 
