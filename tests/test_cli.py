@@ -1012,3 +1012,31 @@ def test_show_and_get_read_with_json_alone(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
         assert done.stdout.strip() == expected, (argv, done.stdout, done.stderr)
 
+
+
+def test_a_value_nested_at_the_stacks_limit_is_a_one_line_error() -> None:
+    """set's VALUE is parsed, then parsed again to find repeated keys, two frames deeper: a value
+    that fits the first parse but not the second is the same error as one that fits neither."""
+    from trainstatus import _cli
+
+    def nested(depth: int) -> str:
+        return "[" * depth + "]" * depth
+
+    limit = next(d for d in range(100, 100_000, 1) if _raises_recursion(nested(d)))
+    outcomes = set()
+    for depth in range(limit - 12, limit + 1):
+        try:
+            _cli._parse_value(nested(depth))
+            outcomes.add("parsed")
+        except _cli._Fail as exc:
+            assert exc.message == "VALUE is nested too deeply to be stored"
+            outcomes.add("refused")
+    assert outcomes == {"parsed", "refused"}
+
+
+def _raises_recursion(text: str) -> bool:
+    try:
+        json.loads(text)
+    except RecursionError:
+        return True
+    return False

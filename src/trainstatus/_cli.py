@@ -1,5 +1,9 @@
 """The ``trainstatus`` command: look at, fix and check a status file from the shell.
 
+This module holds every command but ``show`` and ``get`` (``_cli_read``, which need neither the
+codec nor orjson) and ``history``/``diff``/``restore`` (``_cli_history``); ``_cli_base`` holds what
+they share and ``run``.
+
 Reading commands (``show``, ``get``, ``check``, ``corrupt list``) read the file's bytes directly
 and change nothing: no store is opened, so a damaged file is not moved aside, no lock is taken and
 no stale temp file is removed. Changing commands (``set``, ``delete``) go through a
@@ -61,7 +65,7 @@ from ._lazy import lazy_module
 
 if TYPE_CHECKING:
     from . import _checkpoints, _store
-else:  # only the commands that write (and check --files) need them: show, get, check read alone
+else:  # only the commands that write (and check --files) need them: check reads alone
     _checkpoints = lazy_module("trainstatus._checkpoints")
     _store = lazy_module("trainstatus._store")
 
@@ -169,7 +173,10 @@ def _parse_value(text: str) -> Any:
         error = exc
     else:
         # json keeps the last of a repeated key, as it does in a file; the user meant one of them.
-        repeated = find_duplicates(text.encode("utf-8", "surrogatepass"))
+        try:
+            repeated = find_duplicates(text.encode("utf-8", "surrogatepass"))
+        except Corrupt:  # parsed once, but the second parse's hook took the last levels of the stack
+            raise _Fail("VALUE is nested too deeply to be stored") from None
         if repeated:
             first = repeated[0]
             times = "twice" if len(first.values) == 2 else f"{len(first.values)} times"

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import warnings
+
 from ._cli_main import PROG
 from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusVersionWarning, TrainingStatusWarning
 from ._load import DOWNGRADE_ADVICE, Duplicate
@@ -31,7 +32,7 @@ EXIT_NOT_SET = 1  # get/delete of a key that is not set
 EXIT_WARNINGS = 1  # check: sound, with warnings
 EXIT_ERROR = 2  # check: corrupt or unreadable; every other command: an error
 
-MISSING = object()  # a default no value is
+MISSING = object()  # the default of a lookup: no stored value is this object
 
 
 class _Fail(Exception):
