@@ -605,10 +605,10 @@ def entries_from_rendered(parsed: Mapping[str, Any], data: bytes) -> dict[str, d
     orjson encoding of the whole parse shows (a C pass, a fraction of encoding value by value, as
     opening did before). Then each value's bytes are already what encoding it would give (or, for
     a NaN-holding value that encoding writes with Python's json, orjson's spelling of the same
-    numbers), and they are sliced out. NaN and the infinities, which orjson writes as null, are allowed where
-    the file spells them as literals and the parse holds them: values holding one are marked
-    ``exotic``. A file that is not render's (ML-Agents' indent, an integer beyond 64 bits, a key
-    repeated, a hand edit) gets None: its values are encoded one by one.
+    numbers), and they are sliced out. NaN and the infinities, which orjson writes as null, are
+    allowed where the file spells them as literals and the parse holds them: values holding one
+    are marked ``exotic``. A file that is not render's (ML-Agents' indent, an integer beyond 64
+    bits, a key repeated, a hand edit) gets None: its values are encoded one by one.
     ``parsed``'s top-level values are dicts (the metadata block is one of them).
     """
     if not data.startswith(b'{\n  "'):
@@ -660,7 +660,6 @@ def _nulled(data: bytes) -> bytes:
 
 def _has_literal(raw: bytes) -> bool:
     return b"NaN" in raw or b"Infinity" in raw
-
 
 
 class _Plain:

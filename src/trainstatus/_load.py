@@ -9,17 +9,22 @@ A name given twice in one object (two ``"lesson_num"`` in a category, a category
 the last value winning, as JSON parsers do; the next write would keep only that one. The loader
 lists every such name in ``Document.duplicates`` so the caller can say so. Finding them costs a
 second parse with Python's json, which is paid only when the file is not byte for byte what
-``render`` makes of the parsed document: a file trainstatus wrote has no duplicates and costs a
-join and a compare (under 50 µs at 32 KB, a few % of its load); other files (ML-Agents'
-``json.dump(indent=4)``) pay the second parse (about 200 µs at 32 KB, a fifth to a third of their
-load), until trainstatus first rewrites them in its own layout.
+``render`` makes of the parsed document: a file trainstatus wrote has no duplicates, which the
+same orjson encoding and compare that lets its values' bytes be taken as they stand shows
+(``_codec.read_rendered``); other files (ML-Agents' ``json.dump(indent=4)``) pay the second parse
+(about 200 µs at 32 KB, a fifth to a third of their load), until trainstatus first rewrites them
+in its own layout.
+
+Two readers: ``load_document`` for a store (entries, the codec and orjson), and ``load_values``
+for the command line's ``show`` and ``get`` (plain values, Python's json alone), which accept and
+refuse the same files.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from collections import namedtuple
+from collections.abc import Mapping
 
 from ._errors import TrainingStatusVersionWarning, warn
 from ._version import STATUS_FORMAT_VERSION
@@ -329,7 +334,7 @@ def _breaking_part(version: tuple[int, ...]) -> tuple[int, ...]:
 
 def is_newer_format(found: Any) -> bool:
     """Whether ``found`` is a format version with breaking changes this library does not know."""
-    if found == STATUS_FORMAT_VERSION:  # every file this version wrote: no parsing (opened twice)
+    if found == STATUS_FORMAT_VERSION:  # what this version writes, asked twice at each open: no parsing
         return False
     theirs = _version_tuple(found)
     if theirs is None:

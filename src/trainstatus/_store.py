@@ -457,8 +457,8 @@ class StatusStore:
         """
         if type(category) is str and type(key) is str and category != METADATA and not (
                 self._pending or self._cleared or self._tx_reads is not None):
-            # The common case in a few lookups: a fifth of the cost of a small value's get was
-            # the calls _name and _lookup make for transactions and Enum names.
+            # The common case in a few lookups, without the calls _name and _lookup make for
+            # Enum names and transactions (a small value's get is mostly such overhead).
             entries = self._doc.get(category)
             entry = None if entries is None else entries.get(key)
             return default if entry is None else decode(entry)
