@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 import pytest
 from _helpers import same
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainstatus import (
@@ -510,6 +510,7 @@ def test_render_is_orjson_indent_2_plus_newline(document: dict[str, dict[str, An
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.dictionaries(st.text(max_size=8), st.dictionaries(st.text(max_size=8), any_json, max_size=4), max_size=4))
+@example(document={"": {"": [INF, [1e16, 2.345678901234568e-299]]}})  # encoded by json: not sliced
 def test_property_opening_a_rendered_file_slices_the_bytes_encoding_would_give(document: dict[str, dict[str, Any]]) -> None:
     """Opening a file trainstatus wrote takes each value's bytes out of the file; they must be
     exactly what encoding the value read gives, else None (and every value is encoded)."""
@@ -517,9 +518,17 @@ def test_property_opening_a_rendered_file_slices_the_bytes_encoding_would_give(d
     parsed = parse_document(data)
     sliced = entries_from_rendered(parsed, data)
     encoded = {c: {k: encode_loaded(v) for k, v in keys.items()} for c, keys in parsed.items()}
-    if sliced is None:  # an empty document, a lone surrogate, or a literal's word in a string
+    if sliced is None:
+        # Only an empty document, a lone surrogate, a literal's word in a string next to a literal,
+        # or a NaN-holding value that encoding wrote with Python's json (a stand-in collided), so
+        # that the file is not orjson's spelling of it.
         spelled = any("NaN" in text or "Infinity" in text for text in strings_of(parsed))
-        assert data == b"{}\n" or b"\\ud" in data or (spelled and (b"NaN" in data or b"Infinity" in data))
+        by_json = any(
+            entry.exotic and _codec._nulled(entry.raw) != _codec._dumps_plain(parsed[c][k])
+            for c, keys in encoded.items() for k, entry in keys.items()
+        )
+        literal = b"NaN" in data or b"Infinity" in data
+        assert data == b"{}\n" or b"\\ud" in data or (literal and (spelled or by_json))
         return
     assert render(sliced) == data
     assert [list(keys) for keys in sliced.values()] == [list(keys) for keys in encoded.values()]
