@@ -5,6 +5,7 @@ Real processes on a real folder: ``flock`` and the registry in the lock file are
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import struct
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +43,26 @@ def _turns(path: str, log: str, worker: int, seconds: float, start: Any) -> None
     store.close()
 
 
-def test_processes_take_turns_instead_of_one_keeping_the_lock(tmp_path: Path) -> None:
-    path, log = str(tmp_path / "status.json"), str(tmp_path / "turns.log")
+@contextlib.contextmanager
+def _writers(path: str, log: str, count: int, seconds: float) -> Iterator[None]:
+    """``count`` processes running ``_turns``, let go at once; each must exit 0 after the block."""
     StatusStore(path).set("writers", "start", 0)
     start = SPAWN.Event()
-    workers = [SPAWN.Process(target=_turns, args=(path, log, w, 1.5, start)) for w in range(3)]
+    workers = [SPAWN.Process(target=_turns, args=(path, log, w, seconds, start)) for w in range(count)]
     for p in workers:
         p.start()
-    time.sleep(1.0)  # all three started (spawn imports take a while)
+    time.sleep(1.0)  # all started (spawn imports take a while)
     start.set()
+    yield
     for p in workers:
         p.join(120)
         assert p.exitcode == 0
+
+
+def test_processes_take_turns_instead_of_one_keeping_the_lock(tmp_path: Path) -> None:
+    path, log = str(tmp_path / "status.json"), str(tmp_path / "turns.log")
+    with _writers(path, log, 3, 1.5):
+        pass
     turns = Path(log).read_text().split()
     assert len(turns) > 60, "the writers hardly wrote"
     again = sum(a == b for a, b in zip(turns, turns[1:]))
@@ -103,19 +113,10 @@ def test_a_waiter_that_died_or_never_waits_holds_nobody_back(tmp_path: Path) -> 
 def test_a_truncated_list_signs_everyone_out_and_turns_go_on(tmp_path: Path) -> None:
     """filelock.FileLock users of the same lock file may truncate it."""
     path, log = str(tmp_path / "status.json"), str(tmp_path / "turns.log")
-    StatusStore(path).set("writers", "start", 0)
-    start = SPAWN.Event()
-    workers = [SPAWN.Process(target=_turns, args=(path, log, w, 1.0, start)) for w in range(2)]
-    for p in workers:
-        p.start()
-    time.sleep(1.0)
-    start.set()
-    for _ in range(20):
-        time.sleep(0.04)
-        os.truncate(path + ".lock", 0)
-    for p in workers:
-        p.join(120)
-        assert p.exitcode == 0
+    with _writers(path, log, 2, 1.0):
+        for _ in range(20):
+            time.sleep(0.04)
+            os.truncate(path + ".lock", 0)
     turns = Path(log).read_text().split()
     assert {"0", "1"} <= set(turns)
     document = StatusStore(path).to_dict()["writers"]

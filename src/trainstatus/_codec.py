@@ -571,6 +571,9 @@ _CATEGORY_SEP = b",\n  "
 # starts a key of a category and nothing else; a newline, two spaces and a brace closes one.
 _KEY_LINE = b'\n    "'
 _CATEGORY_END = b"\n  }"
+# How everything render writes but an empty document starts; any other start (ML-Agents' indent
+# of 4) is not render's, without a parse.
+RENDERED_START = b'{\n  "'
 
 
 def read_rendered(data: bytes) -> tuple[dict[str, Any], dict[str, dict[str, Entry]]] | None:
@@ -581,7 +584,7 @@ def read_rendered(data: bytes) -> tuple[dict[str, Any], dict[str, dict[str, Entr
     an integer orjson would read as a float is written back with a '.' or an 'e', so the file
     would not be render's output.
     """
-    if not data.startswith(b'{\n  "'):
+    if not data.startswith(RENDERED_START):
         return None
     try:
         parsed = orjson.loads(data)
@@ -611,7 +614,7 @@ def entries_from_rendered(parsed: Mapping[str, Any], data: bytes) -> dict[str, d
     bits, a key repeated, a hand edit) gets None: its values are encoded one by one.
     ``parsed``'s top-level values are dicts (the metadata block is one of them).
     """
-    if not data.startswith(b'{\n  "'):
+    if not data.startswith(RENDERED_START):
         return None
     try:
         whole = orjson.dumps(parsed, option=_OPTIONS)

@@ -205,11 +205,6 @@ def _collect(value: Any, where: tuple[str | int, ...], found: list[Duplicate]) -
             _collect(item, (*where, index), found)
 
 
-# How everything ``render`` writes but an empty document starts; any other start (ML-Agents' indent
-# of 4) skips the join and compare.
-_RENDERED_START = b'{\n  "'
-
-
 def _renders_back(parsed: dict[str, Any], categories: dict[str, dict[str, Entry]], data: bytes, codec: Any) -> bool:
     """Whether ``render`` gives back exactly ``data``: then no object in it repeats a name."""
     document: dict[str, Mapping[str, Entry]] = {}
@@ -311,7 +306,7 @@ def _load_document(data: bytes, codec: Any) -> Document:
         except RecursionError:  # deeper than Python's json can write back (orjson read it)
             raise Corrupt(f"category {name!r} is nested too deeply to be a status file") from None
     duplicates: list[Duplicate] = []
-    if skipped or not (data.startswith(_RENDERED_START) and _renders_back(parsed, categories, data, codec)):
+    if skipped or not (data.startswith(codec.RENDERED_START) and _renders_back(parsed, categories, data, codec)):
         duplicates = find_duplicates(data)  # Corrupt where orjson read deeper than Python's json can
     return Document(categories, metadata, skipped, duplicates)
 
