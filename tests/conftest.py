@@ -14,6 +14,9 @@ so the figures in docs/reliability.md come from a command anyone can run:
 from __future__ import annotations
 
 import collections
+import os
+import random
+import signal
 from typing import Any
 
 import pytest
@@ -72,6 +75,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_KEY] = Reliability()
+    # Started with SIGINT ignored (``nohup pytest &`` from a non-interactive shell), Python leaves
+    # it ignored, and so would every child it starts: the Ctrl-C tests would test nothing. What a
+    # person at a terminal has, the suite has: the default handler, and children that take it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+SEED_VARIABLE = "TRAINSTATUS_SEED"
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """The seed of a test whose timing is random: ``TRAINSTATUS_SEED`` if set, else a fresh one.
+
+    The seed is printed (pytest shows it with a failure) and added to a failed test's report, so
+    ``TRAINSTATUS_SEED=<seed> python -m pytest <test id>`` repeats the run's choices.
+    """
+    given = os.environ.get(SEED_VARIABLE, "").strip()
+    value = int(given) if given else random.SystemRandom().randrange(2**63)
+    print(f"{SEED_VARIABLE}={value} repeats this test's random choices")
+    request.node.stash[_SEED] = value
+    return value
+
+
+_SEED = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and _SEED in item.stash:
+        report.sections.append(("seed", f"rerun with {SEED_VARIABLE}={item.stash[_SEED]} python -m pytest '{item.nodeid}'"))
+    return report
 
 
 @pytest.fixture(scope="session")
