@@ -5,9 +5,10 @@
 The ``reliability`` fixture is a session-wide tally: a test that kills writers, checks crash
 states, injects faults, tries damaged files or runs concurrent writers adds what it actually did
 (``reliability.add("kills", n)``). At the end of the run the terminal summary prints the table,
-so the figures in docs/reliability.md come from a command anyone can run:
+so the figures in docs/reliability.md come from a command anyone can run (``-m ""``: every test,
+the default run's and the ``long`` and ``mlagents`` groups'), or for the reliability suites alone:
 
-    python -m pytest tests/test_crash_kill.py tests/test_crash_states.py tests/test_faults_merge.py \
+    python -m pytest -m "" tests/test_crash_kill.py tests/test_crash_states.py tests/test_faults_merge.py \
         tests/test_security.py -q -p no:cacheprovider --no-cov
 """
 
@@ -17,6 +18,7 @@ import collections
 import os
 import random
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,6 +82,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # person at a terminal has, the suite has: the default handler, and children that take it.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session")
+def mla_python() -> Path:
+    """The interpreter of the ML-Agents environment: builds ``.venv-mlagents/`` once (tests/_mlagents_env.py)."""
+    import _mlagents_env
+
+    return _mlagents_env.ensure()
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker must be there when it looks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that needs the ML-Agents environment is marked by needing it: no test can build
+    # .venv-mlagents/ (150 MB, ~30 s) in the default run by forgetting its marker.
+    for item in items:
+        if "mla_python" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.mlagents)
 
 
 SEED_VARIABLE = "TRAINSTATUS_SEED"

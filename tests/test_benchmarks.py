@@ -135,6 +135,7 @@ def test_write_overhead_measures_every_shape(tmp_path: Path) -> None:
     assert report["sizes"]["keys"]["1KB"]["unit"] == "keys"
 
 
+@pytest.mark.long
 def test_concurrency_quick(tmp_path: Path) -> None:
     report, stdout = run_quick("concurrency.py", tmp_path)
     assert report["benchmark"] == "concurrency" and report["quick"] is True and report["durable"] is True

@@ -34,6 +34,7 @@ from trainstatus import (
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
     TrainingStatusError,
+    TrainingStatusMissingWarning,
     TrainingStatusTypeError,
     TrainingStatusValueError,
     TrainingStatusWarning,
@@ -702,12 +703,6 @@ def test_missing_files_resolves_against_root_and_skips_what_is_not_an_entry(
     assert missing_files(document, None) == []
 
 
-def _mlagents_python() -> Path:
-    import _mlagents_env
-
-    return _mlagents_env.ensure()
-
-
 MLAGENTS_SIDE = r"""
 import json, math, os, sys
 from mlagents.trainers.training_status import GlobalTrainingStatus
@@ -737,8 +732,8 @@ else:  # an ML-Agents resume of a list trainstatus wrote: it adds one and trims 
 """
 
 
-def test_ml_agents_and_trainstatus_read_each_others_lists(tmp_path: Path) -> None:
-    python = _mlagents_python()
+def test_ml_agents_and_trainstatus_read_each_others_lists(tmp_path: Path, mla_python: Path) -> None:
+    python = mla_python
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE", "PYTHON"))}
 
     def mlagents(mode: str) -> str:
@@ -828,7 +823,13 @@ def server() -> Iterator[Server]:
 
 def after_kill(run_dir: Path, keep: int) -> dict[str, Any]:
     """What a resume finds; fails if a listed file is missing or incomplete. Returns a summary."""
-    store = StatusStore(cw.status_path(str(run_dir)), resume=True)
+    path = cw.status_path(str(run_dir))
+    if os.path.exists(path):
+        store = StatusStore(path, resume=True)
+    else:
+        # Killed before its first write: a resume finds no file, and says so.
+        with pytest.warns(TrainingStatusMissingWarning, match="no status file"):
+            store = StatusStore(path, resume=True)
     try:
         checkpoints = CheckpointList(store, cw.CATEGORY, keep=keep, root=run_dir)
         listed = checkpoints.entries()
@@ -857,10 +858,19 @@ def after_kill(run_dir: Path, keep: int) -> dict[str, Any]:
     }
 
 
+def test_a_kill_before_the_first_write_leaves_a_run_that_resumes_with_a_warning(tmp_path: Path) -> None:
+    # What the random kills below meet when one lands before the writer's first set (1 time in 60
+    # or so): no status file yet. The resume says so (a warning, an error under this suite's
+    # filterwarnings) and finds nothing listed.
+    (tmp_path / "models").mkdir()
+    found = after_kill(tmp_path, keep=3)
+    assert found["newest"] == 0 and found["leftover_files"] == set()
+    assert not os.path.exists(cw.status_path(str(tmp_path)))  # a resume that only reads creates nothing
+
+
+@pytest.mark.long
 def test_sigkill_at_random_moments_never_leaves_a_listed_file_missing(
-        tmp_path: Path, server: Server, reliability: Any) -> None:
-    seed = int(os.environ.get("TRAINSTATUS_SEED", time.time_ns()))
-    print(f"TRAINSTATUS_SEED={seed} repeats these kill delays")  # shown by pytest when the test fails
+        tmp_path: Path, server: Server, reliability: Any, seed: int) -> None:
     rng = random.Random(seed)
     kills, keep = 60, 3
     # Kills after which the save in progress had left a part-written file, a whole file not yet

@@ -353,10 +353,12 @@ def one_kill(server: KillServer, path: Path, rng: random.Random, tally: Tally, p
     return seq
 
 
-def test_sigkill_at_random_moments(tmp_path: Path, server: KillServer, soak: bool, reliability: Any) -> None:
+@pytest.mark.long
+def test_sigkill_at_random_moments(tmp_path: Path, server: KillServer, soak: bool, reliability: Any,
+                                   seed: int) -> None:
     path = tmp_path / "run_logs" / NAME
     prepare(path, 1, BLOB)
-    rng = random.Random(20240501)
+    rng = random.Random(seed)
     tally = Tally()
     seq = 0
     # 250, not 160: without the old os-level hooks a writer is faster, and fewer random kills land
@@ -378,10 +380,10 @@ def test_sigkill_at_random_moments(tmp_path: Path, server: KillServer, soak: boo
 
 @pytest.mark.parametrize("point", list(FREEZE_POINTS))
 def test_sigkill_at_each_point_of_the_write_protocol(tmp_path: Path, server: KillServer, point: str, soak: bool,
-                                                     reliability: Any) -> None:
+                                                     reliability: Any, seed: int) -> None:
     path = tmp_path / "run_logs" / NAME
     prepare(path, 1, BLOB)
-    rng = random.Random(point)
+    rng = random.Random(f"{seed}-{point}")
     tally = Tally()
     seq = 0
     for _ in range(100 if soak else 7):
@@ -394,14 +396,16 @@ def test_sigkill_at_each_point_of_the_write_protocol(tmp_path: Path, server: Kil
     reliability.add("kill_sets", tally.acks, source=SOURCE)
 
 
-def test_sigkill_one_of_several_concurrent_writers(tmp_path: Path, server: KillServer, soak: bool, reliability: Any) -> None:
+@pytest.mark.long
+def test_sigkill_one_of_several_concurrent_writers(tmp_path: Path, server: KillServer, soak: bool, reliability: Any,
+                                                   seed: int) -> None:
     """Three writers at once; one at a time is killed (possibly holding the lock, mid-write or
     mid-merge) and restarted. Every acknowledged value survives the others' merges, and a
     restarted writer resumes from at least its last acknowledged value."""
     slots, size = 3, 64_000
     path = tmp_path / "run_logs" / NAME
     prepare(path, slots, size)
-    rng = random.Random(7)
+    rng = random.Random(seed)
     floors = dict.fromkeys(range(slots), 0)
     pids: dict[int, int] = {}
     slot_of: dict[int, int] = {}

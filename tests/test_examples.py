@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kill_and_resume.py"
 CHECKPOINT_EXAMPLE = EXAMPLE.with_name("checkpoint_resume.py")
 
@@ -61,6 +63,7 @@ def run_examples(files: list[str], bug: str = "") -> tuple[int, str, set[str]]:
     return result.returncode, result.stdout + result.stderr, failed
 
 
+@pytest.mark.long
 def test_the_crash_examples_pass_on_the_correct_trainer() -> None:
     code, out, failed = run_examples(CRASH_EXAMPLES)
     assert code == 0 and failed == set(), out
@@ -75,6 +78,7 @@ FOLDER = "test_resumes_after_a_kill_at_any_point_of_three_steps"
 POWER = "test_resumes_soundly_after_a_power_loss_at_any_moment"
 
 
+@pytest.mark.long
 def test_every_crash_example_catches_a_checkpoint_recorded_before_its_file_is_complete() -> None:
     code, out, failed = run_examples(CRASH_EXAMPLES, "record-before-complete")
     assert code == 1, out
@@ -84,6 +88,7 @@ def test_every_crash_example_catches_a_checkpoint_recorded_before_its_file_is_co
     assert "which does not load: truncated or damaged" in out
 
 
+@pytest.mark.long
 def test_every_crash_example_catches_a_curriculum_ahead_of_its_checkpoint() -> None:
     code, out, failed = run_examples(CRASH_EXAMPLES, "lesson-first")
     assert code == 1, out

@@ -31,11 +31,6 @@ DATA = HERE / "data" / "mlagents_training_status.json"
 KEEP = 3
 
 
-@pytest.fixture(scope="session")
-def mla_python() -> Path:
-    return _mlagents_env.ensure()
-
-
 def env_with(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE", "PYTHON"))}
     env.pop(plugin.ENV_VAR, None)
@@ -220,8 +215,8 @@ def test_supported_releases(version: str, expected: bool) -> None:
 
 @pytest.mark.parametrize("threaded", [False, True], ids=["single", "threaded"])
 def test_sigkill_at_random_moments_then_resume_loses_nothing_acknowledged(
-        mla_python: Path, tmp_path: Path, threaded: bool, reliability: Any) -> None:
-    rng = random.Random(1234 + threaded)
+        mla_python: Path, tmp_path: Path, threaded: bool, reliability: Any, seed: int) -> None:
+    rng = random.Random(f"{seed}-{threaded}")
     extra = ["--threaded", "--tick", "0.002"] if threaded else []
     rounds = 4
     for i in range(rounds):

@@ -218,6 +218,7 @@ def test_a_restarted_empty_server_gets_back_everything_the_store_knew() -> None:
 # -- the benchmark still runs -------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_benchmark_quick_smoke(tmp_path: Path) -> None:
     json_path = tmp_path / "s3_writers.json"
     done = subprocess.run(
