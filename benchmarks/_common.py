@@ -140,6 +140,9 @@ def add_output_options(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--json", help=f"where to write the JSON (default benchmarks/results/{name}[-quick].json)")
     parser.add_argument("--plot", help="where to write the PNG (default: beside the JSON)")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--from-json", metavar="PATH",
+                        help="measure nothing: draw the plot again from a JSON report this script wrote "
+                             "(beside it, or at --plot); the report itself is left as it is")
 
 
 def add_round_options(parser: argparse.ArgumentParser) -> None:
@@ -156,8 +159,37 @@ def rounds_of(args: argparse.Namespace) -> tuple[float, int]:
 
 def output_paths(args: argparse.Namespace, name: str) -> tuple[str, str]:
     """(JSON path, PNG path) from ``add_output_options``' options (and ``--quick``)."""
-    json_path = args.json or os.path.join(RESULTS, f"{name}{'-quick' if args.quick else ''}.json")
+    json_path = args.from_json or args.json or os.path.join(RESULTS, f"{name}{'-quick' if args.quick else ''}.json")
     return json_path, args.plot or os.path.splitext(json_path)[0] + ".png"
+
+
+def replot(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str,
+           plot: Callable[[dict[str, Any], str], str | list[str] | None]) -> int:
+    """``--from-json``: the plot of a saved report, without measuring again. The report is only
+    read: its figures stay exactly as the measuring run wrote them."""
+    if args.no_plot or args.json:
+        parser.error("--from-json draws the plot of a saved report: it takes neither --no-plot nor --json")
+    try:
+        with open(args.from_json, encoding="utf-8") as f:
+            report = json.load(f)
+    except (OSError, ValueError) as exc:
+        parser.error(f"--from-json: cannot read {args.from_json}: {exc}")
+    if not isinstance(report, dict) or report.get("benchmark") != name:
+        found = report.get("benchmark") if isinstance(report, dict) else None
+        parser.error(f"--from-json: {args.from_json} is not a report of {name}.py (its benchmark is {found!r})")
+    if matplotlib_pyplot() is None:
+        print("plot: not made (install the bench extra: matplotlib)", file=sys.stderr)
+        return 1
+    _, plot_path = output_paths(args, name)
+    print(f"plot: {plot_names(plot(report, plot_path))}")
+    return 0
+
+
+def plot_names(plot: str | list[str] | None) -> str:
+    """Where the plot went (one PNG, or one per shape), for the last line of a run."""
+    if not plot:
+        return "not made (install the bench extra: matplotlib)"
+    return plot if isinstance(plot, str) else ", ".join(plot)
 
 
 def run_writer_processes(context: Any, target: Callable[..., None], args_for: Callable[[int], tuple[Any, ...]],
@@ -204,4 +236,4 @@ def publish(report: dict[str, Any], json_path: str, rendered: Callable[[dict[str
     print(rendered(report))
     print()
     print(f"JSON: {json_path}")
-    print(f"plot: {report['plot'] or 'not made (install the bench extra: matplotlib)'}")
+    print(f"plot: {plot_names(report['plot'])}")

@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     _common.add_output_options(parser, "concurrency")
     parser.add_argument("--dir", help="directory to measure in (default: a new temp dir)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        return _common.replot(parser, args, "concurrency", plot)
 
     duration, rounds = _common.rounds_of(args)
     json_path, plot_path = _common.output_paths(args, "concurrency")

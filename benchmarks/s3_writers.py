@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     _common.add_round_options(parser)
     _common.add_output_options(parser, "s3_writers")
     args = parser.parse_args(argv)
+    if args.from_json:
+        return _common.replot(parser, args, "s3_writers", plot)
 
     duration, rounds = _common.rounds_of(args)
     json_path, plot_path = _common.output_paths(args, "s3_writers")

@@ -34,11 +34,13 @@ written by the next fsync, and charged to whichever durable method runs next.
 
 Output: a table on stdout, the same figures as JSON (--json, default
 benchmarks/results/write_overhead.json), and, when matplotlib is installed (the ``bench`` extra),
-a log-log plot of p50 latency against state size (--plot, default beside the JSON).
+log-log plots of p50 latency against state size, one per shape (--plot PATH makes PATH-list.png
+and so on; by default beside the JSON). --from-json draws them again from a saved report.
 
   python benchmarks/write_overhead.py            # the full run, about two minutes on 2 cores
   python benchmarks/write_overhead.py --quick    # 1 KB and 32 KB, a few rounds: a smoke test (CI)
   python benchmarks/write_overhead.py --profile 1KB   # cProfile of durable small-key sets
+  python benchmarks/write_overhead.py --from-json benchmarks/results/write_overhead.json   # replot
 """
 
 from __future__ import annotations
@@ -532,34 +534,56 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(report: dict[str, Any], path: str) -> str | None:
+# The methods that are not trainstatus's own: drawn dashed, so the store's lines stand out.
+REFERENCES = ("floor", "mlagents", "sqlite_small", "sqlite_big", "json_loads", "orjson_loads", "decode_big")
+
+
+def plot_paths(report: dict[str, Any], path: str) -> dict[str, str]:
+    """One PNG per shape: ``write_overhead-list.png``, ``write_overhead-nan.png``... beside ``path``."""
+    stem, ext = os.path.splitext(path)
+    return {shape: f"{stem}-{shape}{ext or '.png'}" for shape in report["results"]}
+
+
+def plot(report: dict[str, Any], path: str) -> list[str] | None:
+    """p50 latency against state size, one figure per shape (``plot_paths``), each in two panels
+    stacked so it reads at the width of a page: the writes (against the floor, ML-Agents' save and
+    SQLite) above, the reads (open and get, against json/orjson loads) below."""
     plt = _common.matplotlib_pyplot()
     if plt is None:
         return None
-    shapes = list(report["results"])
-    fig, axes = plt.subplots(1, len(shapes), figsize=(7 * len(shapes), 6), squeeze=False)
-    colors = plt.get_cmap("tab20").colors
-    for ax, shape in zip(axes[0], shapes):
+    made = []
+    for shape, shape_path in plot_paths(report, path).items():
         results = report["results"][shape]
         sizes = list(results)
         x = [report["sizes"][shape][s]["file_bytes"] for s in sizes]
-        for (method, label), color in zip(METHODS.items(), colors[::2] + colors[1::2]):
-            if method not in results[sizes[0]]:
-                continue
-            y = [results[s][method]["p50_us"] / 1000 for s in sizes]
-            style = ":" if method in READS else "-"
-            ax.plot(x, y, style, marker="o", color="black" if method == "floor" else color,
-                    linewidth=2.5 if method == "floor" else 1.3, label=label)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("state size (bytes of the status file)")
-        ax.set_ylabel("p50 latency (ms)")
-        ax.set_title(f"{shape}: {_shapes.SHAPES[shape].what}", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, loc="upper left")
-    fig.suptitle(f"trainstatus write overhead ({report['date'][:10]}, {report['machine']['filesystem']['type']})")
-    fig.tight_layout()
-    return _common.save_figure(plt, fig, path)
+        fig, axes = plt.subplots(2, 1, figsize=(9, 10))
+        for ax, kind in zip(axes, ("writes", "reads")):
+            # A method keeps its colour in every shape's figure.
+            kind_methods = [m for m in METHODS if (m in READS) == (kind == "reads") and m != "floor"]
+            colors = dict(zip(kind_methods, plt.get_cmap("tab10").colors))
+            for method in METHODS:
+                if (method in READS) != (kind == "reads") or method not in results[sizes[0]]:
+                    continue
+                floor = method == "floor"
+                ax.plot(x, [results[s][method]["p50_us"] / 1000 for s in sizes],
+                        "--" if method in REFERENCES and not floor else "-", marker="o",
+                        color="black" if floor else colors[method], linewidth=2.5 if floor else 1.5,
+                        label=METHODS[method])
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xticks(x, [s.replace("KB", " KB").replace("MB", " MB") for s in sizes])
+            ax.minorticks_off()
+            ax.set_xlabel("state size (the status file)")
+            ax.set_ylabel("p50 latency of one call (ms, log)")
+            ax.set_title(f"{kind}: trainstatus solid, references dashed", fontsize=10)
+            ax.grid(True, which="major", alpha=0.3)
+            ax.legend(fontsize=8, loc="upper left")
+        what = report["shapes"][shape]["what"]
+        fig.suptitle(f"{shape}: {what}\n({report['date'][:10]}, {report['machine']['filesystem']['type']})",
+                     fontsize=11)
+        fig.tight_layout()
+        made.append(_common.save_figure(plt, fig, shape_path))
+    return made
 
 
 # -- profile -------------------------------------------------------------------------------------
@@ -606,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="SIZE", help="only profile one method (--method) at SIZE")
     parser.add_argument("--method", default="set_small", help="the method --profile runs (default set_small)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        return _common.replot(parser, args, "write_overhead", plot)
 
     shapes = list(_shapes.SHAPES) if args.shape == "all" else [args.shape]
     unknown_shapes = set(shapes) - set(_shapes.SHAPES)

@@ -19,12 +19,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
+RESULTS = BENCHMARKS / "results"
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run_quick(script: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
-    """Run ``script --quick`` writing into ``tmp_path``; its JSON report and stdout."""
+def run_quick(script: str, tmp_path: Path, plots: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+    """Run ``script --quick --plot plot.png`` writing into ``tmp_path``; its JSON report and stdout.
+    ``plots``: the PNGs it makes instead of plot.png (write_overhead.py: one per shape)."""
     json_path, plot_path = tmp_path / "report.json", tmp_path / "plot.png"
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), "--quick", "--json", str(json_path), "--plot", str(plot_path),
@@ -33,15 +35,17 @@ def run_quick(script: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
     )
     assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
     report = json.loads(json_path.read_text())
+    made = [tmp_path / name for name in plots] or [plot_path]
     if HAS_MATPLOTLIB:
-        assert report["plot"] == str(plot_path)
-        assert plot_path.read_bytes().startswith(PNG_MAGIC)
+        assert report["plot"] == ([str(p) for p in made] if plots else str(plot_path))
+        for path in made:
+            assert path.read_bytes().startswith(PNG_MAGIC)
     else:
-        assert report["plot"] is None and not plot_path.exists()
+        assert report["plot"] is None and not any(p.exists() for p in made)
         assert "not made (install the bench extra: matplotlib)" in done.stdout
     assert f"JSON: {json_path}" in done.stdout
-    # Only the report and the plot are left behind: the measuring directory is removed.
-    assert {p.name for p in tmp_path.iterdir()} <= {"report.json", "plot.png"}
+    # Only the report and the plots are left behind: the measuring directory is removed.
+    assert {p.name for p in tmp_path.iterdir()} <= {"report.json", *(p.name for p in made)}
     return report, done.stdout
 
 
@@ -61,7 +65,7 @@ def assert_machine(info: dict[str, Any]) -> None:
 
 
 def test_write_overhead_quick(tmp_path: Path) -> None:
-    report, stdout = run_quick("write_overhead.py", tmp_path)
+    report, stdout = run_quick("write_overhead.py", tmp_path, plots=("plot-list.png",))
     assert report["benchmark"] == "write_overhead" and report["quick"] is True and report["format"] == 2
     assert_machine(report["machine"])
     methods = report["methods"]
@@ -133,6 +137,56 @@ def test_write_overhead_measures_every_shape(tmp_path: Path) -> None:
             assert_latency(summary)
     assert report["sizes"]["categories"]["1KB"]["unit"] == "categories"
     assert report["sizes"]["keys"]["1KB"]["unit"] == "keys"
+
+
+def replot(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_write_overhead_replots_a_saved_report_without_measuring(tmp_path: Path) -> None:
+    # The committed full run (five shapes, four sizes): one figure per shape, nothing measured
+    # (no table printed), and the report only read, byte for byte as it was.
+    saved = tmp_path / "saved.json"
+    saved.write_bytes((RESULTS / "write_overhead.json").read_bytes())
+    done = replot("write_overhead.py", "--from-json", str(saved), "--plot", str(tmp_path / "wo.png"), cwd=tmp_path)
+    shapes = ["list", "categories", "keys", "nan", "deep"]
+    made = [tmp_path / f"wo-{shape}.png" for shape in shapes]
+    assert saved.read_bytes() == (RESULTS / "write_overhead.json").read_bytes()
+    assert "measuring" not in done.stdout and "JSON:" not in done.stdout
+    if HAS_MATPLOTLIB:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout == f"plot: {', '.join(str(p) for p in made)}\n"
+        for path in made:
+            assert path.read_bytes().startswith(PNG_MAGIC)
+    else:
+        assert done.returncode == 1
+        assert done.stderr == "plot: not made (install the bench extra: matplotlib)\n"
+    assert {p.name for p in tmp_path.iterdir()} == {"saved.json"} | ({p.name for p in made} if HAS_MATPLOTLIB else set())
+
+
+def test_replot_refuses_another_benchmarks_report_and_measuring_options(tmp_path: Path) -> None:
+    done = replot("write_overhead.py", "--from-json", str(RESULTS / "concurrency.json"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert (f"--from-json: {RESULTS / 'concurrency.json'} is not a report of write_overhead.py "
+            "(its benchmark is 'concurrency')") in done.stderr
+    done = replot("concurrency.py", "--from-json", str(RESULTS / "concurrency.json"), "--no-plot", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--from-json draws the plot of a saved report: it takes neither --no-plot nor --json" in done.stderr
+    done = replot("s3_writers.py", "--from-json", str(tmp_path / "missing.json"), cwd=tmp_path)
+    assert done.returncode == 2 and f"--from-json: cannot read {tmp_path / 'missing.json'}" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="draws a plot: needs the bench extra (matplotlib)")
+def test_concurrency_replots_a_saved_report(tmp_path: Path) -> None:
+    saved = tmp_path / "saved.json"
+    saved.write_bytes((RESULTS / "concurrency.json").read_bytes())
+    done = replot("concurrency.py", "--from-json", str(saved), "--plot", str(tmp_path / "c.png"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert saved.read_bytes() == (RESULTS / "concurrency.json").read_bytes()
+    assert done.stdout == f"plot: {tmp_path / 'c.png'}\n"
+    assert (tmp_path / "c.png").read_bytes().startswith(PNG_MAGIC)
 
 
 @pytest.mark.long

@@ -49,7 +49,6 @@ logger = logging.getLogger("trainstatus")
 CHECKPOINTS = "checkpoints"
 FINAL_CHECKPOINT = "final_checkpoint"
 
-_PathArg = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 Check = Callable[[dict[str, Any]], object]
 
 
@@ -174,7 +173,7 @@ class CheckpointList:
     """
 
     def __init__(self, store: StatusStore, category: str | enum.Enum, *, keep: int | None = 5,
-                 root: _PathArg | None = None) -> None:
+                 root: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None) -> None:
         if not isinstance(store, StatusStore):
             raise TrainingStatusTypeError(
                 f"CheckpointList needs a StatusStore as store=, not {type(store).__name__!r} ({store!r}); "
@@ -239,7 +238,7 @@ class CheckpointList:
     def __repr__(self) -> str:
         return f"CheckpointList({self._store!r}, {self._category!r}, keep={self._keep!r}, root={self._root!r})"
 
-    def resolve(self, file_path: _PathArg) -> str:
+    def resolve(self, file_path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
         """The absolute path of ``file_path`` as this list finds it (relative to ``root``)."""
         return _join(self._root, _fspath(file_path))
 
@@ -298,9 +297,10 @@ class CheckpointList:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def add(self, steps: int, file_path: _PathArg, *, reward: float | None = None,
-            auxillary_file_paths: Iterable[_PathArg] = (), creation_time: float | None = None,
-            synced: bool = False) -> dict[str, Any]:
+    def add(self, steps: int, file_path: str | bytes | os.PathLike[str] | os.PathLike[bytes], *,
+            reward: float | None = None,
+            auxillary_file_paths: Iterable[str | bytes | os.PathLike[str] | os.PathLike[bytes]] = (),
+            creation_time: float | None = None, synced: bool = False) -> dict[str, Any]:
         """Record a checkpoint whose files are written, then remove those beyond ``keep``.
 
         ``file_path`` (and each of ``auxillary_file_paths``) must be an existing file: write it
@@ -336,9 +336,10 @@ class CheckpointList:
             self._remove(dropped, document)
         return dict(entry)
 
-    def set_final(self, steps: int, file_path: _PathArg, *, reward: float | None = None,
-                  auxillary_file_paths: Iterable[_PathArg] = (), creation_time: float | None = None,
-                  synced: bool = False) -> dict[str, Any]:
+    def set_final(self, steps: int, file_path: str | bytes | os.PathLike[str] | os.PathLike[bytes], *,
+                  reward: float | None = None,
+                  auxillary_file_paths: Iterable[str | bytes | os.PathLike[str] | os.PathLike[bytes]] = (),
+                  creation_time: float | None = None, synced: bool = False) -> dict[str, Any]:
         """Record the final checkpoint (``final_checkpoint``), checked and synced as ``add`` does.
 
         It replaces the one recorded before without removing any file. Returns the entry.

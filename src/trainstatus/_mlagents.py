@@ -54,11 +54,11 @@ def _running_version(module: str, distribution: str) -> str | None:
         return None
 
 
-def _mlagents_version() -> str | None:
+def installed_mlagents_version() -> str | None:
     return _running_version("mlagents.trainers", "mlagents")
 
 
-def _torch_version() -> str | None:
+def installed_torch_version() -> str | None:
     return _running_version("torch", "torch")
 
 
@@ -76,8 +76,9 @@ class StatusMetaData:
 
     stats_format_version: str = STATUS_FORMAT_VERSION
     trainstatus_version: str = __version__
-    mlagents_version: str | None = dataclasses.field(default_factory=_mlagents_version)
-    torch_version: str | None = dataclasses.field(default_factory=_torch_version)
+    # The factories' names are what the API reference shows as these fields' defaults.
+    mlagents_version: str | None = dataclasses.field(default_factory=installed_mlagents_version)
+    torch_version: str | None = dataclasses.field(default_factory=installed_torch_version)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

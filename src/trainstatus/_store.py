@@ -67,14 +67,14 @@ __all__ = ["StatusStore"]
 
 logger = logging.getLogger("trainstatus")
 
-_Name = str | enum.Enum
 _OWN_METADATA = ("stats_format_version", "trainstatus_version")
 _OWN_ENTRIES = {  # their entries, the same for every store (entries are immutable)
     "stats_format_version": encode_loaded(STATUS_FORMAT_VERSION),
     "trainstatus_version": encode_loaded(__version__),
 }
 _live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
-_T = TypeVar("_T")
+# Named for the API reference: run_transaction(func: Callable[[StatusStore], Result]) -> Result.
+Result = TypeVar("Result")
 _ALL = ("", "")  # in ``_tx_reads``: the body read the whole document (``to_dict``)
 # Pause after a lost conditional write: grows from the first to the longest, each jittered
 # between half and all of it, so that writers that collided do not collide again in step.
@@ -448,7 +448,7 @@ class StatusStore:
         """The absolute path of the status file, as given (a symlink is not resolved here)."""
         return self._location
 
-    def get(self, category: _Name, key: _Name, /, default: Any = None) -> Any:
+    def get(self, category: str | enum.Enum, key: str | enum.Enum, /, default: Any = None) -> Any:
         """The value at ``category``/``key``, or ``default``; a copy, read from memory only.
 
         Mutating what is returned changes nothing in the store: ``set`` is the only way in. The
@@ -469,7 +469,7 @@ class StatusStore:
         return default if entry is None else decode(entry)
 
     @_interrupts.protected
-    def set(self, category: _Name, key: _Name, value: Any, /) -> None:
+    def set(self, category: str | enum.Enum, key: str | enum.Enum, value: Any, /) -> None:
         """Store ``value`` at ``category``/``key`` and write the file before returning.
 
         Values: dicts with str keys, lists, tuples, str, int (64-bit), float (NaN and infinities
@@ -501,7 +501,7 @@ class StatusStore:
         self._set_grouped(((category_name, key_name), entry))
 
     @_interrupts.protected
-    def delete(self, category: _Name, key: _Name, /) -> bool:
+    def delete(self, category: str | enum.Enum, key: str | enum.Enum, /) -> bool:
         """Remove ``category``/``key`` and write the file; False (and no write) if it was absent.
 
         A category whose last key is deleted is removed too.
@@ -587,7 +587,7 @@ class StatusStore:
                     )
                 self._commit()
 
-    def run_transaction(self, func: Callable[[StatusStore], _T], /) -> _T:
+    def run_transaction(self, func: Callable[[StatusStore], Result], /) -> Result:
         """``func(store)`` inside ``transaction()``; its result. Run again if that was stale.
 
         For a read-modify-write that must hold across writers on every kind of storage, e.g. a
@@ -874,7 +874,7 @@ class StatusStore:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _writable(self, category: _Name, key: _Name) -> tuple[str, str]:
+    def _writable(self, category: str | enum.Enum, key: str | enum.Enum) -> tuple[str, str]:
         if type(category) is str and type(key) is str and category != METADATA and category.isascii() and key.isascii():
             return category, key  # the common case, without four calls
         category_name = _name(category, "category", self._location)
