@@ -120,6 +120,17 @@ def test_relative_paths_resolve_against_the_current_directory_by_default(
     assert checkpoints.resolve(absolute) == absolute
 
 
+@pytest.mark.parametrize("bad", [None, 3])
+def test_resolve_of_something_not_a_path_is_a_trainstatus_error(store: StatusStore, bad: Any) -> None:
+    with pytest.raises(TrainingStatusTypeError) as caught:
+        CheckpointList(store, "Walker").resolve(bad)
+    assert isinstance(caught.value, TypeError) and caught.value.category == "Walker"
+    assert str(caught.value) == (
+        f"CheckpointList.resolve: file_path= must be a path (str, bytes or os.PathLike), not "
+        f"{type(bad).__name__!r} ({bad!r}), for Walker in {store.path}."
+    )
+
+
 def test_keep_trims_oldest_first_and_removes_main_and_auxiliary_files(tmp_path: Path, store: StatusStore) -> None:
     checkpoints = fill(tmp_path, store, [100, 200, 300, 400, 500], keep=3)
     assert [e["steps"] for e in checkpoints.entries()] == [300, 400, 500]

@@ -26,6 +26,7 @@ from trainstatus import (
     TrainingStatusHistoryWarning,
     TrainingStatusMissingWarning,
     TrainingStatusTypeError,
+    TrainingStatusValueError,
     _atomic,
     _cli,
     _history,
@@ -261,13 +262,27 @@ def test_history_of_the_wrong_type_is_refused(tmp_path: Path, value: Any) -> Non
 
 
 def test_a_negative_history_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"history must be a number of versions >= 0"):
-        StatusStore(tmp_path / "status.json", history=-1)
+    path = str(tmp_path / "status.json")
+    with pytest.raises(TrainingStatusValueError) as caught:
+        StatusStore(path, history=-1)
+    assert isinstance(caught.value, ValueError)  # ``except ValueError`` still catches it
+    assert caught.value.path == path
+    assert str(caught.value) == (
+        f"StatusStore option history= must be a number of versions >= 0 (0: keep none; None: the default, 20), "
+        f"not -1, for {path}."
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_history_on_s3_is_refused_before_any_request() -> None:
-    with pytest.raises(ValueError, match=r"history=5 is kept for local files only.*versioning"):
-        StatusStore("s3://bucket/run/training_status.json", history=5)
+    url = "s3://bucket/run/training_status.json"
+    with pytest.raises(TrainingStatusValueError) as caught:
+        StatusStore(url, history=5)
+    assert isinstance(caught.value, ValueError) and caught.value.path == url
+    assert str(caught.value) == (
+        f"history=5 is kept for local files only; {url!r} is an s3:// object. Turn on versioning in the "
+        "bucket to keep earlier versions, and leave history= out."
+    )
 
 
 # -- coming back from history -------------------------------------------------------------------

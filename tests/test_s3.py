@@ -264,8 +264,9 @@ def test_url_without_bucket_or_key_is_refused(url: str) -> None:
 
 def test_storage_options_on_a_local_path_are_refused(tmp_path: Path) -> None:
     path = str(tmp_path / "status.json")
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(TrainingStatusValueError) as caught:
         StatusStore(path, storage_options={"key": "x"})  # type: ignore[call-arg]
+    assert isinstance(caught.value, ValueError) and caught.value.path == path
     assert str(caught.value) == (
         f"storage_options= is for s3:// URLs; {path!r} is a local path, which takes none. "
         "Leave storage_options out, or give an s3://bucket/key URL."
@@ -274,8 +275,9 @@ def test_storage_options_on_a_local_path_are_refused(tmp_path: Path) -> None:
 
 def test_soft_lock_mode_is_refused_for_s3(s3: Bucket) -> None:
     url = s3.url()
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(TrainingStatusValueError) as caught:
         open_s3(s3, lock="soft")
+    assert isinstance(caught.value, ValueError) and caught.value.path == url
     assert str(caught.value) == (
         f"lock='soft' is for local paths; {url!r} is an s3:// object, which takes no lock "
         "(writes are conditional). Leave lock= out."

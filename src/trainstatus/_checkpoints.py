@@ -241,7 +241,15 @@ class CheckpointList:
 
     def resolve(self, file_path: _PathArg) -> str:
         """The absolute path of ``file_path`` as this list finds it (relative to ``root``)."""
-        return _join(self._root, _fspath(file_path))
+        try:
+            given = _fspath(file_path)
+        except TypeError:
+            raise TrainingStatusTypeError(
+                f"CheckpointList.resolve: file_path= must be a path (str, bytes or os.PathLike), not "
+                f"{type(file_path).__name__!r} ({file_path!r}), for {self._category} in {self._store.path}.",
+                path=self._store.path, category=self._category,
+            ) from None
+        return _join(self._root, given)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -311,7 +311,9 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
     def _merged(options: dict[str, Any]) -> dict[str, Any]:
         """The previous binding's options overridden by these; ``resume`` is the call's to say."""
         if "resume" in options:
-            raise TypeError("resume is implied by the call: load_state resumes, start_fresh and save_state do not")
+            raise TrainingStatusTypeError(
+                f"GlobalTrainingStatus takes no resume= option (resume={options['resume']!r} was given): resume is "
+                "implied by the call: load_state resumes, start_fresh and save_state do not. Leave resume= out.")
         return {**GlobalTrainingStatus._options, **options}
 
     @staticmethod

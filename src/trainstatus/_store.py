@@ -342,29 +342,40 @@ class StatusStore:
         if history is not None:
             _check_option("history", history, int, given)
             if history < 0:
-                raise ValueError(f"history must be a number of versions >= 0 (0: keep none), not {history!r}, for {given}")
+                raise TrainingStatusValueError(
+                    f"StatusStore option history= must be a number of versions >= 0 (0: keep none; None: the "
+                    f"default, {DEFAULT_HISTORY}), not {history!r}, for {given}.",
+                    path=given,
+                )
         if lock_timeout is not None and (type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float))):
             _check_option("lock_timeout", lock_timeout, float, given)
         check_location(given)
         if lock not in _locking.LOCK_MODES:
-            raise ValueError(f"lock must be one of {', '.join(map(repr, _locking.LOCK_MODES))}, not {lock!r}")
+            raise TrainingStatusValueError(
+                f"StatusStore option lock= must be one of {', '.join(map(repr, _locking.LOCK_MODES))}, "
+                f"not {lock!r}, for {given}.",
+                path=given,
+            )
         if lock != "flock" and isinstance(given, str) and is_s3_url(given):
-            raise ValueError(
+            raise TrainingStatusValueError(
                 f"lock={lock!r} is for local paths; {given!r} is an s3:// object, which takes no lock "
-                "(writes are conditional). Leave lock= out."
+                "(writes are conditional). Leave lock= out.",
+                path=given,
             )
         storage: Storage
         if isinstance(given, str) and is_s3_url(given):
             if history:
-                raise ValueError(
+                raise TrainingStatusValueError(
                     f"history={history} is kept for local files only; {given!r} is an s3:// object. "
-                    "Turn on versioning in the bucket to keep earlier versions, and leave history= out."
+                    "Turn on versioning in the bucket to keep earlier versions, and leave history= out.",
+                    path=given,
                 )
             storage = S3Object(given, storage_options)
         elif storage_options is not None:
-            raise ValueError(
+            raise TrainingStatusValueError(
                 f"storage_options= is for s3:// URLs; {given!r} is a local path, which takes none. "
-                "Leave storage_options out, or give an s3://bucket/key URL."
+                "Leave storage_options out, or give an s3://bucket/key URL.",
+                path=given,
             )
         else:
             storage = LocalFile(os.path.abspath(given), durable=durable, lock=lock,
@@ -389,7 +400,11 @@ class StatusStore:
         allow_downgrade: bool = False,
     ) -> None:
         if lock_timeout is not None and not lock_timeout >= 0:
-            raise ValueError(f"lock_timeout must be a number of seconds >= 0 or None, not {lock_timeout!r}")
+            raise TrainingStatusValueError(
+                f"StatusStore option lock_timeout= must be a number of seconds >= 0 (0: do not wait) or None "
+                f"(wait forever), not {lock_timeout!r}, for {storage.location}.",
+                path=storage.location,
+            )
         if lock_timeout is not None and lock_timeout > threading.TIMEOUT_MAX:
             lock_timeout = None  # longer than the platform can wait for (inf included): forever
         self._storage = storage
