@@ -319,7 +319,12 @@ class CheckpointList:
         the files of the dropped entries removed, main and auxiliary files, skipping any that an
         entry of the document still lists (a shared auxiliary file, the final checkpoint's). A kill
         in between leaves unlisted files, never a listed file that is gone. ``creation_time``
-        defaults to now (``time.time()``).
+        defaults to now (``time.time()``); ``reward`` may be NaN (what ML-Agents records when no
+        episode ended), which is kept as NaN.
+
+        The same checkpoint recorded again (the same ``steps`` and the same main file, as ML-Agents
+        does for the step it resumed from) replaces its entry in place rather than adding a second
+        one; no file is removed for it.
 
         Returns the entry recorded. Bad arguments and missing files raise before anything is
         written or removed (``TrainingStatusTypeError``, ``TrainingStatusValueError``,
@@ -409,8 +414,10 @@ class CheckpointList:
             raise TrainingStatusValueError(
                 f"steps must be >= 0, not {steps!r}, for {where}. Nothing was written.", **context)
         if reward is not None:
+            # NaN is what ML-Agents records when no episode ended before the checkpoint; the codec
+            # writes it as NaN (never null), so it reads back as NaN. Infinity has no such excuse.
             reward = self._number("reward", reward, where, context,
-                                  " Pass reward=None when the checkpoint has no reward yet.")
+                                  " Pass reward=None when the checkpoint has no reward yet.", nan=True)
         if creation_time is None:
             creation_time = time.time()
         else:
@@ -450,7 +457,7 @@ class CheckpointList:
         return entry, paths
 
     @staticmethod
-    def _number(name: str, value: Any, where: str, context: dict[str, Any], hint: str) -> float:
+    def _number(name: str, value: Any, where: str, context: dict[str, Any], hint: str, *, nan: bool = False) -> float:
         if type(value) is bool or not isinstance(value, numbers.Real):
             raise TrainingStatusTypeError(
                 f"{name} must be a number, not {type(value).__name__!r} ({value!r}), for {where}."
@@ -458,9 +465,10 @@ class CheckpointList:
                 **context,
             )
         number = float(value)
-        if not math.isfinite(number):
+        if not math.isfinite(number) and not (nan and math.isnan(number)):
             raise TrainingStatusValueError(
-                f"{name} must be a finite number, not {number!r}, for {where}.{hint} Nothing was written.",
+                f"{name} must be a finite number{' or NaN' if nan else ''}, not {number!r}, for {where}.{hint} "
+                "Nothing was written.",
                 **context,
             )
         return number
@@ -539,12 +547,26 @@ class CheckpointList:
         as written (what is still listed). Pure reads and one set, so it can run again."""
         document = store.to_dict()
         current = self._list(document.get(self._category, {}).get(CHECKPOINTS))
-        updated = [*current, entry]
+        # The same checkpoint recorded again (ML-Agents saves the step it resumed from a second
+        # time) replaces its entry where it stands: a second entry would count twice towards
+        # ``keep`` and push out an older checkpoint, and the files stay (the new entry lists them).
+        same = [i for i, old in enumerate(current) if self._same_checkpoint(old, entry)]
+        if same:
+            updated = [entry if i == same[0] else old for i, old in enumerate(current) if i == same[0] or i not in same]
+        else:
+            updated = [*current, entry]
         cut = 0 if self._keep is None else max(0, len(updated) - self._keep)
         kept = updated[cut:]
         store.set(self._category, CHECKPOINTS, kept)
         document.setdefault(self._category, {})[CHECKPOINTS] = kept
         return updated[:cut], document
+
+    def _same_checkpoint(self, old: Any, new: dict[str, Any]) -> bool:
+        """Does ``old`` record the checkpoint ``new`` records (same steps, same main file)?"""
+        if not isinstance(old, Mapping) or type(old.get("steps")) is not int or old["steps"] != new["steps"]:
+            return False
+        main = old.get("file_path")
+        return isinstance(main, str) and bool(main) and self.resolve(main) == self.resolve(new["file_path"])
 
     def _remove(self, dropped: list[Any], document: Mapping[str, Any]) -> None:
         """Remove the files of ``dropped`` entries that no entry of ``document`` lists any more."""
