@@ -39,6 +39,7 @@ from trainstatus import (
     TrainingStatusWarning,
     TrainingStatusWriteError,
 )
+from trainstatus._checkpoint_files import describe_missing
 from trainstatus._checkpoints import missing_files
 
 TESTS = Path(__file__).resolve().parent
@@ -1019,3 +1020,16 @@ def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, ca
     assert f"ok: every checkpoint file listed exists (3 files, under {tmp_path})" in capsys.readouterr().out
     assert _cli.main(["check", "--root", str(tmp_path), str(status)]) == _cli.EXIT_ERROR
     assert "--root is where --files looks" in capsys.readouterr().err
+
+
+def test_describe_missing_names_ten_files_and_counts_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "models/here.onnx")
+    entries = [{"steps": n, "file_path": f"models/gone-{n}.onnx", "auxillary_file_paths": []} for n in range(12)]
+    document = {"Walker": {"checkpoints": entries, "final_checkpoint": {"steps": 1, "file_path": "models/here.onnx"}}}
+    described = describe_missing(document)
+    assert described.startswith(" That version lists 12 checkpoint file(s) that are missing now: "
+                                "Walker/checkpoints models/gone-0.onnx; ")
+    assert "models/gone-9.onnx (and 2 more) (relative paths looked up in " in described
+    assert "gone-10" not in described and "here" not in described
+    assert describe_missing({"Walker": {"final_checkpoint": {"steps": 1, "file_path": "models/here.onnx"}}}) == ""

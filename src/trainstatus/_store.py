@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from . import _history, _interrupts, _locking
+from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
 from ._errors import (
     TrainingStatusConflictError,
@@ -101,6 +102,7 @@ def _path_option(path: Any) -> str:
 _OPTION_TYPES = {bool: "True or False", str: "a str", Mapping: "a dict (a mapping) or None",
                  float: "a number of seconds or None", int: "a number of versions (an int) or None"}
 DEFAULT_HISTORY = 20  # versions kept beside a local file (a few KB each)
+_CHECKPOINT_KEYS = frozenset({CHECKPOINTS, FINAL_CHECKPOINT})
 
 
 def _check_option(name: str, value: Any, kind: type, location: str) -> None:
@@ -732,7 +734,8 @@ class StatusStore:
                 if found is not None:
                     warn(TrainingStatusMissingWarning(
                         f"Resuming, but there is no status file at {self._location}: {restored} was "
-                        "put back in its place; changes written after that version are lost. "
+                        "put back in its place; changes written after that version are lost."
+                        f"{self._missing_checkpoint_files()} "
                         f"`trainstatus history {self._location}` lists the versions kept.",
                         path=self._location,
                     ))
@@ -825,8 +828,8 @@ class StatusStore:
                 warn(TrainingStatusCorruptWarning(
                     f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved}, and "
                     f"{restored} was put back in its place: changes written after that version are lost "
-                    f"unless that copy still holds them. `trainstatus history {self._location}` lists "
-                    "the versions kept.",
+                    f"unless that copy still holds them.{self._missing_checkpoint_files()} "
+                    f"`trainstatus history {self._location}` lists the versions kept.",
                     path=self._location,
                     moved_to=moved,
                 ))
@@ -844,6 +847,17 @@ class StatusStore:
         if initial:
             self._install(Document({}, None))
         # Otherwise keep _doc: the last good state this store knew beats an empty document.
+
+    def _missing_checkpoint_files(self) -> str:
+        """A sentence naming the checkpoint files the document lists that are gone ("" if none).
+
+        A version from the history is older than the file it stands in for: the trainer may have
+        removed checkpoints it listed since (trimmed to keep_checkpoints), and a resume would try
+        to load them.
+        """
+        listed = {category: {key: decode(entry) for key, entry in keys.items() if key in _CHECKPOINT_KEYS}
+                  for category, keys in self._doc.items()}
+        return describe_missing(listed)
 
     def _from_history(self) -> tuple[_history.Version, Document, bytes] | None:
         """The newest kept version that loads as a status document, with its document and bytes."""
