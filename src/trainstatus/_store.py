@@ -123,6 +123,24 @@ def _check_option(name: str, value: Any, kind: type, location: str) -> None:
     )
 
 
+_AGAIN = "set the value again"  # what the storage's write errors say to do once the cause is fixed
+
+
+@contextlib.contextmanager
+def _retold(todo: str) -> Iterator[None]:
+    """Make a write error say ``todo`` (``delete it again``) where the storage, which does not
+    know which call wrote, says to set the value again."""
+    try:
+        yield
+    except TrainingStatusWriteError as exc:
+        message = str(exc)
+        if _AGAIN not in message:
+            raise
+        retold = TrainingStatusWriteError(message.replace(_AGAIN, todo), errno=exc.errno, **exc._context())
+        retold.__dict__.update({k: v for k, v in vars(exc).items() if k not in vars(retold)})
+        raise retold from exc.__cause__
+
+
 class _NotRestored(Exception):
     """A version of the history could not be written back at open; the message says so."""
 
@@ -527,7 +545,7 @@ class StatusStore:
         if self._tx_reads is not None and self._tx_owner == threading.get_ident():
             # Inside the caller's transaction, what delete returns is a read the body may act on.
             self._note_read(category_name, key_name)
-        with self.transaction():
+        with _retold("delete it again"), self.transaction():
             if self._lookup(category_name, key_name) is None:
                 return False
             self._pending[(category_name, key_name)] = None
@@ -540,7 +558,7 @@ class StatusStore:
         The metadata block is rewritten with this store's own fields only (format version,
         trainstatus version, ``metadata=``), dropping fields a previous writer left there.
         """
-        with self.transaction():
+        with _retold("clear the store again"), self.transaction():
             self._pending.clear()
             self._cleared = True
 
@@ -550,7 +568,7 @@ class StatusStore:
 
         Inside a transaction, the transaction's final write does it.
         """
-        with self._guard():
+        with _retold("save again"), self._guard():
             self._save_requested = True
             if self._tx_depth:
                 return
