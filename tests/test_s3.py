@@ -287,11 +287,13 @@ def test_soft_lock_mode_is_refused_for_s3(s3: Bucket) -> None:
 _WITHOUT_BOTO3 = """
 import sys
 sys.modules["boto3"] = None  # import boto3 raises ImportError, as when the extra is not installed
-from trainstatus import StatusStore, TrainingStatusError
+from trainstatus import StatusStore, TrainingStatusDependencyError, TrainingStatusError
 try:
     StatusStore("s3://bucket/run/status.json", storage_options={"key": "k"})
 except TrainingStatusError as exc:
-    assert isinstance(exc, ImportError), type(exc).__mro__
+    # A public class (no private name in the traceback), an ImportError too.
+    assert type(exc) is TrainingStatusDependencyError and isinstance(exc, ImportError), type(exc).__mro__
+    assert isinstance(exc.__cause__, ImportError) and exc.path == "s3://bucket/run/status.json"
     print(exc)
 store = StatusStore(sys.argv[1])  # a local path needs none of it
 store.set("a", "x", 1)

@@ -25,7 +25,7 @@ from typing import Any, ContextManager
 
 from . import _interrupts
 from ._errors import (
-    TrainingStatusError,
+    TrainingStatusDependencyError,
     TrainingStatusReadError,
     TrainingStatusTypeError,
     TrainingStatusValueError,
@@ -78,7 +78,7 @@ def _client_factory(url: str, options: Mapping[str, Any]) -> Any:
         import boto3
         import botocore.config
     except ImportError as exc:
-        raise _MissingExtra(
+        raise TrainingStatusDependencyError(
             f"Opening {url} needs boto3, which is not installed: pip install \"trainstatus[s3]\".",
             path=url,
         ) from exc
@@ -149,12 +149,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class _MissingExtra(TrainingStatusError, ImportError):
-    def __init__(self, message: str, **context: Any) -> None:
-        ImportError.__init__(self, message)
-        self._set_context(context)
 
 
 class S3Object(Storage):
