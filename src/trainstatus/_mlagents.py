@@ -214,7 +214,8 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
 
     @staticmethod
     def load_state(path: str | os.PathLike[str], **options: Any) -> None:
-        """Resume from ``path`` and bind to it. A missing file warns and starts empty.
+        """Resume from ``path`` and bind to it. A missing or damaged file warns and comes back from
+        the newest intact version in its history, or starts empty when there is none.
 
         Values set before binding that the file does not hold are kept and written to it.
         """

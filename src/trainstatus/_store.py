@@ -306,7 +306,8 @@ class StatusStore:
     Options:
 
     - ``resume``: the caller is resuming a run, so a missing file is worth a
-      ``TrainingStatusMissingWarning``. A fresh run (the default) starts empty silently.
+      ``TrainingStatusMissingWarning``, and the newest intact version in its history (if any) is
+      put back in its place. A fresh run (the default) starts empty silently.
     - ``durable``: fsync the file and its directory on each write (the default). ``False`` keeps
       writes atomic (safe when the process is killed) but not safe against power loss.
     - ``lock_timeout``: seconds to wait for the lock before ``TrainingStatusLockTimeout``; ``None``
@@ -321,7 +322,8 @@ class StatusStore:
     - ``metadata``: extra fields for the metadata block (e.g. ``{"torch_version": ...}``); a file
       written with different values of these fields gets a ``TrainingStatusVersionWarning``.
     - ``strict``: raise ``TrainingStatusCorruptError`` on a damaged file instead of keeping it
-      aside and starting empty.
+      aside and putting back the newest intact version from its history (or starting empty when
+      there is none).
     - ``allow_downgrade``: let this version rewrite a file of a newer format (dropping its new
       format version); without it such a write raises ``TrainingStatusVersionError``.
     - ``history``: how many earlier versions of a local file to keep beside it, as
