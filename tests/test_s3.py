@@ -372,10 +372,12 @@ UNREACHABLE = {
 }
 
 
-def assert_unreachable(error: BaseException, expected: type[Exception], url: str, endpoint: str, attempt: int = 1) -> None:
+def assert_unreachable(error: BaseException, expected: type[Exception], url: str, endpoint: str, attempt: int = 1,
+                       again: str = "set the value again") -> None:
     assert isinstance(error, expected), f"attempt {attempt}: {type(error).__name__}: {error}"
     assert isinstance(error, OSError) and error.path == url  # type: ignore[attr-defined]
     start, end = UNREACHABLE[expected]
+    end = end.replace("set the value again", again)
     message = str(error)
     assert message.startswith(start.format(url=url)) and message.endswith(end)
     assert endpoint in message
@@ -402,7 +404,8 @@ def test_writes_to_an_unreachable_endpoint_fail_clearly(down: Any, write: str) -
             WRITES_WHILE_DOWN[write](store)
         first_put = write in ("set", "save") and attempt == 1
         expected = TrainingStatusWriteError if first_put else TrainingStatusReadError
-        assert_unreachable(caught.value, expected, url, endpoint, attempt)
+        again = "save again" if write == "save" else "set the value again"  # each call says its own
+        assert_unreachable(caught.value, expected, url, endpoint, attempt, again)
         assert store.to_dict()["a"] == {"x": 1}, f"memory changed by failed attempt {attempt}"
 
 
