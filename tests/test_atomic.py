@@ -29,10 +29,10 @@ ERRNOS = (errno.EIO, errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EDQUOT)
 # Copied from _storage.LocalFile._write_error: the messages are part of the spec.
 HINTS = {
     errno.ENOSPC: "the disk is full; free some space",
-    errno.EDQUOT: "the disk quota is exhausted; free some space or raise the quota",
-    errno.EROFS: "the filesystem is read-only; remount it writable or use another path",
-    errno.EACCES: "permission denied; fix the permissions of the directory",
-    errno.EPERM: "operation not permitted; fix the permissions of the directory",
+    errno.EDQUOT: "free some space or raise the quota",
+    errno.EROFS: "remount it writable or use another path",
+    errno.EACCES: "fix the permissions of the directory",
+    errno.EPERM: "fix the permissions of the directory",
 }
 WRITING = "writing it"
 SYNCING_DIRECTORY = "syncing its directory"
@@ -236,6 +236,42 @@ def test_store_set_fault_before_rename(
     assert on_disk["Walker"] == {"lesson": 1, "steps": 10}
     assert store.to_dict() == on_disk
     assert temp_names(tmp_path, "status.json") == []
+
+
+def test_a_permission_error_names_the_denial_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The strerror says what happened; the hint after it only says what to do.
+    path = tmp_path / "status.json"
+    store, _ = store_with_old_value(path)
+    with monkeypatch.context() as mp:
+        inject(mp, "open_temp", os_error(errno.EACCES))
+        with pytest.raises(TrainingStatusWriteError) as info:
+            store.set("Walker", "lesson", 2)
+    assert str(info.value).lower().count("permission denied") == 1
+    assert str(info.value) == (
+        f"Could not save {path} (writing it): Permission denied. The file was left as it was; fix the "
+        "permissions of the directory, then set the value again."
+    )
+
+
+@pytest.mark.parametrize(("call", "todo"), [
+    (lambda store: store.delete("Walker", "lesson"), "delete it again"),
+    (lambda store: store.clear(), "clear the store again"),
+    (lambda store: store.save(), "save again"),
+])
+def test_a_failed_delete_clear_or_save_says_to_do_that_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: Any, todo: str) -> None:
+    path = tmp_path / "status.json"
+    store, before = store_with_old_value(path)
+    with monkeypatch.context() as mp:
+        injected = inject(mp, "write_all", os_error(errno.ENOSPC))
+        with pytest.raises(TrainingStatusWriteError) as info:
+            call(store)
+    assert str(info.value) == (
+        f"Could not save {path} (writing it): No space left on device. The file was left as it was; the "
+        f"disk is full; free some space, then {todo}."
+    )
+    assert info.value.__cause__ is injected and info.value.errno == errno.ENOSPC and info.value.path == str(path)
+    assert path.read_bytes() == before and store.get("Walker", "lesson") == 1
 
 
 @pytest.mark.parametrize("err", ERRNOS, ids=errno_id)

@@ -40,6 +40,7 @@ from trainstatus import (
     TrainingStatusWarning,
     TrainingStatusWriteError,
 )
+from trainstatus._checkpoint_files import describe_missing
 from trainstatus._checkpoints import missing_files
 
 TESTS = Path(__file__).resolve().parent
@@ -77,6 +78,61 @@ def fill(tmp_path: Path, store: StatusStore, steps: list[int], keep: int | None 
 
 
 # -- recording ---------------------------------------------------------------------------------
+
+
+def test_the_same_checkpoint_added_again_replaces_its_entry_and_keeps_its_files(
+        tmp_path: Path, store: StatusStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ML-Agents saves the step it resumed from a second time, under the same name.
+    monkeypatch.chdir(tmp_path)
+    checkpoints = fill(tmp_path, store, [100, 200], keep=2)
+    again = checkpoints.add(200, str(tmp_path / "models/Walker-200.onnx"), reward=7.5,  # spelled absolute now
+                            auxillary_file_paths=["models/Walker-200.pt"])
+    assert [(e["steps"], e["reward"]) for e in checkpoints.entries()] == [(100, None), (200, 7.5)]
+    assert checkpoints.entries()[1] == again
+    assert read_fresh(store.path)["Walker"]["checkpoints"] == checkpoints.entries()
+    left = sorted(p.name for p in (tmp_path / "models").iterdir())
+    assert left == ["Walker-100.onnx", "Walker-100.pt", "Walker-200.onnx", "Walker-200.pt"]
+    checkpoints.add(100, "models/Walker-100.onnx", reward=1.0)  # in place: not moved after 200
+    assert [(e["steps"], e["reward"]) for e in checkpoints.entries()] == [(100, 1.0), (200, 7.5)]
+    checkpoints.add(300, write(tmp_path, "models/Walker-300.onnx"))
+    assert [e["steps"] for e in checkpoints.entries()] == [200, 300]
+    assert not (tmp_path / "models/Walker-100.onnx").exists()
+
+
+def test_the_same_steps_with_another_file_is_another_checkpoint(tmp_path: Path, store: StatusStore) -> None:
+    checkpoints = fill(tmp_path, store, [100], keep=2)
+    checkpoints.add(100, write(tmp_path, "models/Walker-100-b.onnx"))
+    assert [e["file_path"] for e in checkpoints.entries()] == ["models/Walker-100.onnx", "models/Walker-100-b.onnx"]
+
+
+def test_duplicates_already_listed_collapse_into_the_new_entry(tmp_path: Path, store: StatusStore) -> None:
+    # A list written by ML-Agents itself, or by an earlier trainstatus, can hold the same one twice.
+    main = write(tmp_path, "models/Walker-200.onnx")
+    entry = {"steps": 200, "file_path": main, "reward": 1.0, "creation_time": 1.0, "auxillary_file_paths": []}
+    store.set("Walker", "checkpoints", [entry, dict(entry, reward=2.0)])
+    checkpoints = CheckpointList(store, "Walker", keep=2, root=tmp_path)
+    checkpoints.add(200, main, reward=3.0)
+    assert [e["reward"] for e in checkpoints.entries()] == [3.0]
+    assert (tmp_path / main).exists()
+
+
+def test_a_nan_reward_is_recorded_and_stays_nan_on_disk(tmp_path: Path, store: StatusStore) -> None:
+    # ML-Agents records NaN when no episode ended before the checkpoint.
+    checkpoints = CheckpointList(store, "Walker", root=tmp_path)
+    entry = checkpoints.add(100, write(tmp_path, "models/Walker-100.onnx"), reward=math.nan)
+    assert math.isnan(entry["reward"])
+    checkpoints.set_final(100, "models/Walker-100.onnx", reward=float("nan"))
+    raw = Path(store.path).read_text()
+    assert raw.count('"reward": NaN') == 2 and "null" not in raw
+    on_disk = json.loads(raw)  # Python's json reads NaN, as ML-Agents does
+    assert math.isnan(on_disk["Walker"]["checkpoints"][0]["reward"])
+    assert math.isnan(on_disk["Walker"]["final_checkpoint"]["reward"])
+    reopened = StatusStore(store.path)
+    try:
+        again = CheckpointList(reopened, "Walker", root=tmp_path)
+        assert math.isnan(again.entries()[0]["reward"]) and math.isnan(again.final()["reward"])  # type: ignore[index]
+    finally:
+        reopened.close()
 
 
 def test_add_records_an_entry_in_ml_agents_layout(tmp_path: Path, store: StatusStore) -> None:
@@ -119,6 +175,17 @@ def test_relative_paths_resolve_against_the_current_directory_by_default(
     assert checkpoints.resolve("results/Walker-2.onnx") == str(tmp_path / "results/Walker-2.onnx")
     absolute = str(tmp_path / "results/Walker-2.onnx")
     assert checkpoints.resolve(absolute) == absolute
+
+
+@pytest.mark.parametrize("bad", [None, 3])
+def test_resolve_of_something_not_a_path_is_a_trainstatus_error(store: StatusStore, bad: Any) -> None:
+    with pytest.raises(TrainingStatusTypeError) as caught:
+        CheckpointList(store, "Walker").resolve(bad)
+    assert isinstance(caught.value, TypeError) and caught.value.category == "Walker"
+    assert str(caught.value) == (
+        f"CheckpointList.resolve: file_path= must be a path (str, bytes or os.PathLike), not "
+        f"{type(bad).__name__!r} ({bad!r}), for Walker in {store.path}."
+    )
 
 
 def test_keep_trims_oldest_first_and_removes_main_and_auxiliary_files(tmp_path: Path, store: StatusStore) -> None:
@@ -439,8 +506,8 @@ BAD_ADDS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"steps": 2.0}, TrainingStatusTypeError, "steps must be an int (the trainer step of the checkpoint), not 'float' (2.0)"),
     ({"steps": "2"}, TrainingStatusTypeError, "steps must be an int (the trainer step of the checkpoint), not 'str' ('2')"),
     ({"steps": -1}, TrainingStatusValueError, "steps must be >= 0, not -1"),
-    ({"reward": math.nan}, TrainingStatusValueError, "reward must be a finite number, not nan"),
-    ({"reward": math.inf}, TrainingStatusValueError, "reward must be a finite number, not inf"),
+    ({"reward": math.inf}, TrainingStatusValueError, "reward must be a finite number or NaN, not inf"),
+    ({"reward": -math.inf}, TrainingStatusValueError, "reward must be a finite number or NaN, not -inf"),
     ({"reward": True}, TrainingStatusTypeError, "reward must be a number, not 'bool' (True)"),
     ({"reward": "1.5"}, TrainingStatusTypeError, "reward must be a number, not 'str' ('1.5')"),
     ({"creation_time": math.nan}, TrainingStatusValueError, "creation_time must be a finite number, not nan"),
@@ -963,3 +1030,16 @@ def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, ca
     assert f"ok: every checkpoint file listed exists (3 files, under {tmp_path})" in capsys.readouterr().out
     assert _cli.main(["check", "--root", str(tmp_path), str(status)]) == _cli.EXIT_ERROR
     assert "--root is where --files looks" in capsys.readouterr().err
+
+
+def test_describe_missing_names_ten_files_and_counts_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "models/here.onnx")
+    entries = [{"steps": n, "file_path": f"models/gone-{n}.onnx", "auxillary_file_paths": []} for n in range(12)]
+    document = {"Walker": {"checkpoints": entries, "final_checkpoint": {"steps": 1, "file_path": "models/here.onnx"}}}
+    described = describe_missing(document)
+    assert described.startswith(" That version lists 12 checkpoint file(s) that are missing now: "
+                                "Walker/checkpoints models/gone-0.onnx; ")
+    assert "models/gone-9.onnx (and 2 more) (relative paths looked up in " in described
+    assert "gone-10" not in described and "here" not in described
+    assert describe_missing({"Walker": {"final_checkpoint": {"steps": 1, "file_path": "models/here.onnx"}}}) == ""

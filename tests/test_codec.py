@@ -297,6 +297,26 @@ def cyclic() -> list[Any]:
     return value
 
 
+def cyclic_dict() -> dict[str, Any]:
+    value: dict[str, Any] = {"ok": 1}
+    value["self"] = value
+    return value
+
+
+def cyclic_dataclass() -> Checkpoint:
+    value = Checkpoint(1, 2.0, [])  # type: ignore[arg-type]
+    value.tags.append(value)  # type: ignore[attr-defined]
+    return value
+
+
+SHARED = [1, {"a": 2}]  # one list held twice: no cycle
+
+
+def cycle_problem(inner: str, again: str) -> str:
+    return (f"the value refers to itself at x/y{inner}, which is x/y{again} again: JSON has no cycles; "
+            "store a copy that does not contain itself")
+
+
 # (id, value, error class, built-in base, inner path, problem text)
 REFUSALS: list[tuple[str, Any, type, type, str, str]] = [
     ("set", {1, 2}, TrainingStatusTypeError, TypeError, "",
@@ -350,7 +370,15 @@ REFUSALS: list[tuple[str, Any, type, type, str, str]] = [
      TrainingStatusValueError, ValueError, "[2]", pair_problem("the string", "value")),
     ("too_deep_lists", nested_lists(255), TrainingStatusValueError, ValueError, "[0]" * 255, TOO_DEEP),
     ("too_deep_dicts", nested_dicts(255), TrainingStatusValueError, ValueError, "['a']" * 255, TOO_DEEP),
-    ("cycle", cyclic(), TrainingStatusValueError, ValueError, "[0]" * 255, TOO_DEEP),
+    ("cycle", cyclic(), TrainingStatusValueError, ValueError, "[0]", cycle_problem("[0]", "")),
+    ("cycle_of_a_dict", cyclic_dict(), TrainingStatusValueError, ValueError, "['self']",
+     cycle_problem("['self']", "")),
+    ("cycle_inside", {"run": [1, cyclic_dict()]}, TrainingStatusValueError, ValueError, "['run'][1]['self']",
+     cycle_problem("['run'][1]['self']", "['run'][1]")),
+    ("shared_is_not_a_cycle", [SHARED, {"again": SHARED}, {1}], TrainingStatusTypeError, TypeError, "[2]",
+     f"an object of type 'set' is not JSON serializable; {A_SET_HINT}"),
+    ("cycle_through_a_dataclass", cyclic_dataclass(), TrainingStatusValueError, ValueError, ".tags[0]",
+     cycle_problem(".tags[0]", "")),
 ]
 REFUSAL_PARAMS = [pytest.param(*rest, id=rid) for rid, *rest in REFUSALS]
 

@@ -16,6 +16,7 @@ from trainstatus import (
     TrainingStatusCheckpointWarning,
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
+    TrainingStatusDependencyError,
     TrainingStatusError,
     TrainingStatusConflictError,
     TrainingStatusHistoryWarning,
@@ -45,6 +46,7 @@ ERRORS = {
     TrainingStatusTypeError: (TypeError,),
     TrainingStatusValueError: (ValueError,),
     TrainingStatusCheckpointError: (OSError,),
+    TrainingStatusDependencyError: (ImportError,),
 }
 WARNINGS = (
     TrainingStatusWarning,
@@ -55,7 +57,7 @@ WARNINGS = (
     TrainingStatusCheckpointWarning,
 )
 ALL_CLASSES = (*ERRORS, *WARNINGS)
-BUILTIN_BASES = (OSError, TimeoutError, TypeError, ValueError)
+BUILTIN_BASES = (OSError, TimeoutError, TypeError, ValueError, ImportError)
 
 FULL_CONTEXT = {
     "path": "/runs/r1/training_status.json",

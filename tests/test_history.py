@@ -20,12 +20,14 @@ import pytest
 from _helpers import read_fresh
 
 from trainstatus import (
+    CheckpointList,
     StatusStore,
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
     TrainingStatusHistoryWarning,
     TrainingStatusMissingWarning,
     TrainingStatusTypeError,
+    TrainingStatusValueError,
     _atomic,
     _cli,
     _history,
@@ -261,13 +263,27 @@ def test_history_of_the_wrong_type_is_refused(tmp_path: Path, value: Any) -> Non
 
 
 def test_a_negative_history_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"history must be a number of versions >= 0"):
-        StatusStore(tmp_path / "status.json", history=-1)
+    path = str(tmp_path / "status.json")
+    with pytest.raises(TrainingStatusValueError) as caught:
+        StatusStore(path, history=-1)
+    assert isinstance(caught.value, ValueError)  # ``except ValueError`` still catches it
+    assert caught.value.path == path
+    assert str(caught.value) == (
+        f"StatusStore option history= must be a number of versions >= 0 (0: keep none; None: the default, 20), "
+        f"not -1, for {path}."
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_history_on_s3_is_refused_before_any_request() -> None:
-    with pytest.raises(ValueError, match=r"history=5 is kept for local files only.*versioning"):
-        StatusStore("s3://bucket/run/training_status.json", history=5)
+    url = "s3://bucket/run/training_status.json"
+    with pytest.raises(TrainingStatusValueError) as caught:
+        StatusStore(url, history=5)
+    assert isinstance(caught.value, ValueError) and caught.value.path == url
+    assert str(caught.value) == (
+        f"history=5 is kept for local files only; {url!r} is an s3:// object. Turn on versioning in the "
+        "bucket to keep earlier versions, and leave history= out."
+    )
 
 
 # -- coming back from history -------------------------------------------------------------------
@@ -292,6 +308,64 @@ def test_a_damaged_file_is_replaced_by_the_newest_intact_version(tmp_path: Path)
     assert warning.moved_to is not None and Path(warning.moved_to).read_bytes() == b'{"wall_height": '
     assert read_fresh(path) == store.to_dict()
     store.close()
+
+
+def checkpoints_then_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A status whose newest kept version lists a checkpoint removed since (keep=1 trimmed it)."""
+    monkeypatch.chdir(tmp_path)  # relative paths, looked up in the current directory (ML-Agents')
+    (tmp_path / "models").mkdir()
+    path = tmp_path / "run_logs" / "training_status.json"
+    with StatusStore(path) as store:
+        checkpoints = CheckpointList(store, "Walker", keep=1)
+        for steps in (100, 200):
+            (tmp_path / f"models/Walker-{steps}.onnx").write_bytes(b"weights")
+            (tmp_path / f"models/Walker-{steps}.pt").write_bytes(b"weights")
+            checkpoints.add(steps, f"models/Walker-{steps}.onnx", auxillary_file_paths=[f"models/Walker-{steps}.pt"])
+    assert not (tmp_path / "models/Walker-100.onnx").exists()
+    return path
+
+
+MISSING_NOW = ("That version lists 2 checkpoint file(s) that are missing now: Walker/checkpoints "
+               "models/Walker-100.onnx; Walker/checkpoints models/Walker-100.pt (relative paths looked up in {cwd}). "
+               "Do not resume from them: CheckpointList.latest() skips them, prune_missing() drops their entries.")
+
+
+def test_a_version_from_history_that_lists_removed_checkpoints_names_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = checkpoints_then_lost(tmp_path, monkeypatch)
+    path.write_bytes(b'{"Walker": ')
+    with pytest.warns(TrainingStatusCorruptWarning) as caught:
+        store = StatusStore(path)
+    (warning,) = caught.list
+    assert [e["steps"] for e in store.get("Walker", "checkpoints")] == [100]
+    assert MISSING_NOW.format(cwd=tmp_path) in str(warning.message)
+    store.close()
+
+
+def test_a_missing_file_from_history_that_lists_removed_checkpoints_names_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = checkpoints_then_lost(tmp_path, monkeypatch)
+    path.unlink()
+    with pytest.warns(TrainingStatusMissingWarning) as caught:
+        store = StatusStore(path, resume=True)
+    (warning,) = caught.list
+    assert [e["steps"] for e in store.get("Walker", "checkpoints")] == [100]
+    assert MISSING_NOW.format(cwd=tmp_path) in str(warning.message)
+    store.close()
+
+
+def test_a_version_from_history_whose_checkpoints_all_exist_names_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = checkpoints_then_lost(tmp_path, monkeypatch)
+    for name in ("Walker-100.onnx", "Walker-100.pt"):
+        (tmp_path / "models" / name).write_bytes(b"weights")  # put back: nothing is missing
+    path.write_bytes(b'{"Walker": ')
+    with pytest.warns(TrainingStatusCorruptWarning) as caught:
+        StatusStore(path).close()
+    (warning,) = caught.list
+    assert "missing now" not in str(warning.message)
+    assert "changes written after that version are lost unless that copy still holds them. `trainstatus history" in str(
+        warning.message)
 
 
 def test_strict_raises_and_restores_nothing(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from trainstatus import (
     StatusStore,
     TrainingStatusError,
     TrainingStatusLockTimeout,
+    TrainingStatusValueError,
     TrainingStatusWriteError,
     _locking,
 )
@@ -317,9 +318,13 @@ def test_lock_timeout_none_waits_without_a_deadline(tmp_path: Path, monkeypatch:
 @pytest.mark.parametrize("bad", [-1, -0.5, math.nan])
 def test_invalid_lock_timeout_is_refused(tmp_path: Path, bad: float) -> None:
     path = tmp_path / "status.json"
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(TrainingStatusValueError) as info:
         StatusStore(path, lock_timeout=bad)
-    assert str(info.value) == f"lock_timeout must be a number of seconds >= 0 or None, not {bad!r}"
+    assert isinstance(info.value, ValueError) and info.value.path == str(path)
+    assert str(info.value) == (
+        f"StatusStore option lock_timeout= must be a number of seconds >= 0 (0: do not wait) or None "
+        f"(wait forever), not {bad!r}, for {path}."
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -706,18 +711,20 @@ def test_soft_lock_waits_for_a_flock_writer_on_this_machine(tmp_path: Path) -> N
 
 def test_lock_mode_is_checked(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(TrainingStatusValueError) as info:
         StatusStore(path, lock="nfs")
-    assert str(info.value) == "lock must be one of 'flock', 'soft', not 'nfs'"
-    with pytest.raises(ValueError) as info:
+    assert isinstance(info.value, ValueError) and info.value.path == str(path)
+    assert str(info.value) == f"StatusStore option lock= must be one of 'flock', 'soft', not 'nfs', for {path}."
+    with pytest.raises(TrainingStatusValueError) as info:
         StatusStore("s3://bucket/run/training_status.json", lock="soft")
     assert str(info.value) == (
         "lock='soft' is for local paths; 's3://bucket/run/training_status.json' is an s3:// object, which "
         "takes no lock (writes are conditional). Leave lock= out."
     )
     first = StatusStore(path, durable=False)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(TrainingStatusValueError) as info:
         StatusStore(path, lock="soft")
+    assert isinstance(info.value, ValueError) and info.value.path == str(path)
     assert str(info.value) == (
         f"{path} is already open in this process with lock='flock'; every store on one file must use "
         "the same lock mode, not lock='soft'"

@@ -30,6 +30,8 @@ from trainstatus import (
     TrainingStatusCorruptError,
     TrainingStatusError,
     TrainingStatusMissingWarning,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
     TrainingStatusVersionWarning,
     __version__,
 )
@@ -443,7 +445,7 @@ def test_bad_options_raise_and_leave_the_binding_alone(tmp_path: Path, binder: s
     path = tmp_path / "training_status.json"
     GlobalTrainingStatus.set_parameter_state("Walker", StatusType.ELO, 1200.0)
     bind = getattr(GlobalTrainingStatus, binder)
-    with pytest.raises(ValueError, match=r"^lock_timeout must be a number of seconds >= 0 or None, not -1$"):
+    with pytest.raises(TrainingStatusValueError, match=r"^StatusStore option lock_timeout= must be a number of seconds >= 0 "):
         bind(path, lock_timeout=-1)
     with pytest.raises(TypeError):
         bind(path, no_such_option=True)
@@ -780,8 +782,13 @@ def test_values_mlagents_stores_round_trip_with_their_types(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("call", ["load_state", "start_fresh", "save_state"])
 def test_resume_is_the_calls_to_say_not_an_option(tmp_path: Path, call: str) -> None:
-    with pytest.raises(TypeError, match="resume is implied by the call"):
+    with pytest.raises(TrainingStatusTypeError) as caught:
         getattr(GlobalTrainingStatus, call)(tmp_path / "s.json", resume=True)
+    assert isinstance(caught.value, TypeError)
+    assert str(caught.value) == (
+        "GlobalTrainingStatus takes no resume= option (resume=True was given): resume is implied by the call: "
+        "load_state resumes, start_fresh and save_state do not. Leave resume= out."
+    )
     GlobalTrainingStatus.start_fresh(tmp_path / "s.json", metadata={"torch_version": "2.2.2"})
     GlobalTrainingStatus.set_parameter_state("w", StatusType.LESSON_NUM, 1)
     GlobalTrainingStatus.load_state(tmp_path / "s.json")  # reused options carry no resume

@@ -25,6 +25,7 @@ EXPECTED_ALL = [
     "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
+    "TrainingStatusDependencyError",
     "TrainingStatusError",
     "TrainingStatusHistoryWarning",
     "TrainingStatusLockTimeout",

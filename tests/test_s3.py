@@ -264,8 +264,9 @@ def test_url_without_bucket_or_key_is_refused(url: str) -> None:
 
 def test_storage_options_on_a_local_path_are_refused(tmp_path: Path) -> None:
     path = str(tmp_path / "status.json")
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(TrainingStatusValueError) as caught:
         StatusStore(path, storage_options={"key": "x"})  # type: ignore[call-arg]
+    assert isinstance(caught.value, ValueError) and caught.value.path == path
     assert str(caught.value) == (
         f"storage_options= is for s3:// URLs; {path!r} is a local path, which takes none. "
         "Leave storage_options out, or give an s3://bucket/key URL."
@@ -274,8 +275,9 @@ def test_storage_options_on_a_local_path_are_refused(tmp_path: Path) -> None:
 
 def test_soft_lock_mode_is_refused_for_s3(s3: Bucket) -> None:
     url = s3.url()
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(TrainingStatusValueError) as caught:
         open_s3(s3, lock="soft")
+    assert isinstance(caught.value, ValueError) and caught.value.path == url
     assert str(caught.value) == (
         f"lock='soft' is for local paths; {url!r} is an s3:// object, which takes no lock "
         "(writes are conditional). Leave lock= out."
@@ -285,11 +287,13 @@ def test_soft_lock_mode_is_refused_for_s3(s3: Bucket) -> None:
 _WITHOUT_BOTO3 = """
 import sys
 sys.modules["boto3"] = None  # import boto3 raises ImportError, as when the extra is not installed
-from trainstatus import StatusStore, TrainingStatusError
+from trainstatus import StatusStore, TrainingStatusDependencyError, TrainingStatusError
 try:
     StatusStore("s3://bucket/run/status.json", storage_options={"key": "k"})
 except TrainingStatusError as exc:
-    assert isinstance(exc, ImportError), type(exc).__mro__
+    # A public class (no private name in the traceback), an ImportError too.
+    assert type(exc) is TrainingStatusDependencyError and isinstance(exc, ImportError), type(exc).__mro__
+    assert isinstance(exc.__cause__, ImportError) and exc.path == "s3://bucket/run/status.json"
     print(exc)
 store = StatusStore(sys.argv[1])  # a local path needs none of it
 store.set("a", "x", 1)
@@ -368,10 +372,12 @@ UNREACHABLE = {
 }
 
 
-def assert_unreachable(error: BaseException, expected: type[Exception], url: str, endpoint: str, attempt: int = 1) -> None:
+def assert_unreachable(error: BaseException, expected: type[Exception], url: str, endpoint: str, attempt: int = 1,
+                       again: str = "set the value again") -> None:
     assert isinstance(error, expected), f"attempt {attempt}: {type(error).__name__}: {error}"
     assert isinstance(error, OSError) and error.path == url  # type: ignore[attr-defined]
     start, end = UNREACHABLE[expected]
+    end = end.replace("set the value again", again)
     message = str(error)
     assert message.startswith(start.format(url=url)) and message.endswith(end)
     assert endpoint in message
@@ -398,7 +404,8 @@ def test_writes_to_an_unreachable_endpoint_fail_clearly(down: Any, write: str) -
             WRITES_WHILE_DOWN[write](store)
         first_put = write in ("set", "save") and attempt == 1
         expected = TrainingStatusWriteError if first_put else TrainingStatusReadError
-        assert_unreachable(caught.value, expected, url, endpoint, attempt)
+        again = "save again" if write == "save" else "set the value again"  # each call says its own
+        assert_unreachable(caught.value, expected, url, endpoint, attempt, again)
         assert store.to_dict()["a"] == {"x": 1}, f"memory changed by failed attempt {attempt}"
 
 

@@ -6,6 +6,9 @@ here, without a server: which URLs are S3's and how each option reaches boto3's 
 
 from __future__ import annotations
 
+import pytest
+
+from trainstatus import TrainingStatusTypeError, TrainingStatusValueError
 from trainstatus._s3 import S3Object, is_s3_url
 
 # Nothing listens here: opening reads the object, so these tests build the storage alone.
@@ -45,3 +48,37 @@ def test_client_kwargs_and_config_kwargs_pass_through_and_explicit_options_win()
     assert meta.region_name == "ap-south-1"
     assert meta.config.connect_timeout == 1.5
     assert meta.config.retries == {"total_max_attempts": 8, "mode": "standard"}  # botocore: 7 retries
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"endpoint_url": 9000}, "storage_options['endpoint_url'] must be a str or None, not 'int' (9000)"),
+    ({"anon": "yes"}, "storage_options['anon'] must be True or False or None, not 'str' ('yes')"),
+    ({"client_kwargs": 5}, "storage_options['client_kwargs'] must be a dict or None, not 'int' (5)"),
+])
+def test_an_option_of_the_wrong_type_is_refused_at_open(options: dict[str, object], expected: str) -> None:
+    with pytest.raises(TrainingStatusTypeError) as caught:
+        S3Object(URL, options)
+    assert isinstance(caught.value, TypeError) and caught.value.path == URL
+    assert str(caught.value) == f"{expected}, for {URL}."
+
+
+def test_config_kwargs_botocore_refuses_are_refused_at_open() -> None:
+    with pytest.raises(TrainingStatusValueError) as caught:
+        S3Object(URL, {"config_kwargs": {"bogus": 1}})
+    assert isinstance(caught.value, ValueError) and caught.value.path == URL
+    assert str(caught.value) == (
+        f"storage_options['config_kwargs'] {{'bogus': 1}} for {URL} is refused by botocore.config.Config: "
+        "Got unexpected keyword argument 'bogus'. Give the arguments botocore.config.Config takes."
+    )
+
+
+@pytest.mark.parametrize(("options", "cause"), [
+    ({"endpoint_url": "not a url"}, "Invalid endpoint: not a url"),
+    ({"client_kwargs": {"bogus": 1}}, "Session.client() got an unexpected keyword argument 'bogus'"),
+])
+def test_client_arguments_boto3_refuses_raise_a_trainstatus_error(options: dict[str, object], cause: str) -> None:
+    with pytest.raises(TrainingStatusValueError) as caught:
+        client_for(options)
+    assert caught.value.path == URL
+    assert f"boto3 refused the storage_options of {URL} (" in str(caught.value)
+    assert f"): {cause}. Fix them: endpoint_url is a URL such as 'http://localhost:9000'" in str(caught.value)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import trainstatus.testing as testing
-from trainstatus import CheckpointList, StatusStore, TrainingStatusError
+from trainstatus import CheckpointList, StatusStore, TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
 from trainstatus.testing import (
     POINTS,
     CrashPoint,
@@ -158,15 +158,30 @@ def test_code_that_replaces_the_kill_on_its_way_out_fails_the_test(folder: Path)
                 raise KeyError("cleanup")  # noqa: B012
 
 
-def test_arguments_are_checked() -> None:
-    with pytest.raises(ValueError, match=r"unknown crash point\(s\) \['fsynced'\]; choose from created, half-written"):
+def test_arguments_are_checked(tmp_path: Path) -> None:
+    # TrainingStatusValueError is a ValueError too: ``except ValueError`` keeps working.
+    with pytest.raises(TrainingStatusValueError, match=r"unknown crash point\(s\) \['fsynced'\]; choose from created, half-written"):
         with kill_at(1, "fsynced"):
             pass
-    with pytest.raises(ValueError, match="write must be the number of a write >= 1"):
+    with pytest.raises(TrainingStatusValueError) as caught:
         with kill_at(0, "created"):
             pass
-    with pytest.raises(ValueError, match="writes must be a number of writes >= 1"):
+    assert str(caught.value) == "kill_at: write= must be the number of a write (an int >= 1; 1: the first), not 0."
+    with pytest.raises(TrainingStatusValueError) as caught:
         crash_points(0)
+    assert str(caught.value) == (
+        "crash_points: writes= must be the number of writes the scenario makes (an int >= 1), not 0.")
+    with pytest.raises(TrainingStatusValueError) as caught:
+        crash_points(1, [])
+    assert str(caught.value).startswith("points= names no crash point; choose one or more from created, ")
+    with pytest.raises(TrainingStatusTypeError) as caught:
+        crash_points(1, "renamed")
+    assert str(caught.value) == "points= must be a list of crash points, e.g. ['renamed'], not the str 'renamed'."
+    with pytest.raises(TrainingStatusValueError) as caught:
+        power_losses(lambda: None, lambda loss: None, root=tmp_path, block=0)
+    assert str(caught.value) == (
+        "power_losses: block= must be the disk's block size in bytes (an int >= 1; default 512), not 0.")
+    assert list(tmp_path.iterdir()) == []
     assert crash_points(2, ["renamed"]) == [CrashPoint(1, "renamed"), CrashPoint(2, "renamed")]
     assert [str(p) for p in crash_points(1)][:2] == ["write1-created", "write1-half-written"]
 

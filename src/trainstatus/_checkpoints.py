@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, _entry_paths, _fspath, _join, missing_files
+from ._checkpoint_files import _listed as _listed  # the command line's check --files counts with it
 from ._errors import (
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
@@ -46,61 +48,8 @@ __all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "missing_files",
 
 logger = logging.getLogger("trainstatus")
 
-CHECKPOINTS = "checkpoints"
-FINAL_CHECKPOINT = "final_checkpoint"
 
 Check = Callable[[dict[str, Any]], object]
-
-
-def _fspath(value: Any) -> str:
-    given = os.fspath(value)
-    return os.fsdecode(given) if isinstance(given, bytes) else given
-
-
-def _entry_paths(entry: Any) -> list[str] | None:
-    """The files an entry lists (main file first), or None if it is not in ML-Agents' layout."""
-    if not isinstance(entry, Mapping):
-        return None
-    main = entry.get("file_path")
-    extra = entry.get("auxillary_file_paths", [])
-    if not isinstance(main, str) or not main or not isinstance(extra, list):
-        return None
-    if not all(isinstance(p, str) and p for p in extra):
-        return None
-    return [main, *extra]
-
-
-def _listed(document: Mapping[str, Any]) -> Iterable[tuple[str, str, list[str]]]:
-    """(category, key, files) of every checkpoint entry in a document, in file order."""
-    for category, keys in document.items():
-        if category == METADATA or not isinstance(keys, Mapping):
-            continue
-        for key in (CHECKPOINTS, FINAL_CHECKPOINT):
-            value = keys.get(key)
-            for entry in value if isinstance(value, list) else [value]:
-                paths = _entry_paths(entry)
-                if paths is not None:
-                    yield category, key, paths
-
-
-def _join(base: str | None, path: str) -> str:
-    return os.path.abspath(os.path.join(os.getcwd() if base is None else base, path))
-
-
-def missing_files(categories: Mapping[str, Mapping[str, Any]],
-                  root: str | os.PathLike[str] | None = None) -> list[tuple[str, str, str]]:
-    """Every file listed by a checkpoint entry that does not exist: ``(category, key, path)``.
-
-    ``categories`` is a status document (``StatusStore.to_dict()`` or the parsed file); the
-    ``checkpoints`` list and the ``final_checkpoint`` of each category are looked at, main files
-    and auxiliary files alike. ``path`` is the path as listed; relative ones are looked up against
-    ``root`` (default: the current directory, where ML-Agents resolves them). Values that are not
-    checkpoint entries are left out.
-    """
-    base = None if root is None else os.path.abspath(_fspath(root))
-    return [(category, key, path)
-            for category, key, paths in _listed(categories)
-            for path in paths if not os.path.exists(_join(base, path))]
 
 
 def remove_unlisted(dropped: Iterable[Any], document: Mapping[str, Any], root: str | None,
@@ -240,7 +189,15 @@ class CheckpointList:
 
     def resolve(self, file_path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
         """The absolute path of ``file_path`` as this list finds it (relative to ``root``)."""
-        return _join(self._root, _fspath(file_path))
+        try:
+            given = _fspath(file_path)
+        except TypeError:
+            raise TrainingStatusTypeError(
+                f"CheckpointList.resolve: file_path= must be a path (str, bytes or os.PathLike), not "
+                f"{type(file_path).__name__!r} ({file_path!r}), for {self._category} in {self._store.path}.",
+                path=self._store.path, category=self._category,
+            ) from None
+        return _join(self._root, given)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -311,7 +268,12 @@ class CheckpointList:
         the files of the dropped entries removed, main and auxiliary files, skipping any that an
         entry of the document still lists (a shared auxiliary file, the final checkpoint's). A kill
         in between leaves unlisted files, never a listed file that is gone. ``creation_time``
-        defaults to now (``time.time()``).
+        defaults to now (``time.time()``); ``reward`` may be NaN (what ML-Agents records when no
+        episode ended), which is kept as NaN.
+
+        The same checkpoint recorded again (the same ``steps`` and the same main file, as ML-Agents
+        does for the step it resumed from) replaces its entry in place rather than adding a second
+        one; no file is removed for it.
 
         Returns the entry recorded. Bad arguments and missing files raise before anything is
         written or removed (``TrainingStatusTypeError``, ``TrainingStatusValueError``,
@@ -402,8 +364,10 @@ class CheckpointList:
             raise TrainingStatusValueError(
                 f"steps must be >= 0, not {steps!r}, for {where}. Nothing was written.", **context)
         if reward is not None:
+            # NaN is what ML-Agents records when no episode ended before the checkpoint; the codec
+            # writes it as NaN (never null), so it reads back as NaN. Infinity has no such excuse.
             reward = self._number("reward", reward, where, context,
-                                  " Pass reward=None when the checkpoint has no reward yet.")
+                                  " Pass reward=None when the checkpoint has no reward yet.", nan=True)
         if creation_time is None:
             creation_time = time.time()
         else:
@@ -443,7 +407,7 @@ class CheckpointList:
         return entry, paths
 
     @staticmethod
-    def _number(name: str, value: Any, where: str, context: dict[str, Any], hint: str) -> float:
+    def _number(name: str, value: Any, where: str, context: dict[str, Any], hint: str, *, nan: bool = False) -> float:
         if type(value) is bool or not isinstance(value, numbers.Real):
             raise TrainingStatusTypeError(
                 f"{name} must be a number, not {type(value).__name__!r} ({value!r}), for {where}."
@@ -451,9 +415,10 @@ class CheckpointList:
                 **context,
             )
         number = float(value)
-        if not math.isfinite(number):
+        if not math.isfinite(number) and not (nan and math.isnan(number)):
             raise TrainingStatusValueError(
-                f"{name} must be a finite number, not {number!r}, for {where}.{hint} Nothing was written.",
+                f"{name} must be a finite number{' or NaN' if nan else ''}, not {number!r}, for {where}.{hint} "
+                "Nothing was written.",
                 **context,
             )
         return number
@@ -532,12 +497,26 @@ class CheckpointList:
         as written (what is still listed). Pure reads and one set, so it can run again."""
         document = store.to_dict()
         current = self._list(document.get(self._category, {}).get(CHECKPOINTS))
-        updated = [*current, entry]
+        # The same checkpoint recorded again (ML-Agents saves the step it resumed from a second
+        # time) replaces its entry where it stands: a second entry would count twice towards
+        # ``keep`` and push out an older checkpoint, and the files stay (the new entry lists them).
+        same = [i for i, old in enumerate(current) if self._same_checkpoint(old, entry)]
+        if same:
+            updated = [entry if i == same[0] else old for i, old in enumerate(current) if i == same[0] or i not in same]
+        else:
+            updated = [*current, entry]
         cut = 0 if self._keep is None else max(0, len(updated) - self._keep)
         kept = updated[cut:]
         store.set(self._category, CHECKPOINTS, kept)
         document.setdefault(self._category, {})[CHECKPOINTS] = kept
         return updated[:cut], document
+
+    def _same_checkpoint(self, old: Any, new: dict[str, Any]) -> bool:
+        """Does ``old`` record the checkpoint ``new`` records (same steps, same main file)?"""
+        if not isinstance(old, Mapping) or type(old.get("steps")) is not int or old["steps"] != new["steps"]:
+            return False
+        main = old.get("file_path")
+        return isinstance(main, str) and bool(main) and self.resolve(main) == self.resolve(new["file_path"])
 
     def _remove(self, dropped: list[Any], document: Mapping[str, Any]) -> None:
         """Remove the files of ``dropped`` entries that no entry of ``document`` lists any more."""

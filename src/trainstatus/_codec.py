@@ -740,7 +740,7 @@ def _explain(
     value: Any, exc: BaseException, *, path: str, category: str, key: str
 ) -> Exception:
     context = {"path": path, "category": category, "key": key}
-    found = _find_problem(value, "", 0)
+    found = _find_problem(value, "", 0, f"{category}/{key}")
     if found is None:  # nothing our walk recognises: pass on orjson's own words
         where = _describe(category, key, "")
         return TrainingStatusTypeError(
@@ -755,13 +755,25 @@ def _explain(
     return TrainingStatusValueError(message, **context)
 
 
-def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] | None:
-    """(path inside the value, what is wrong and what to do, is it a type problem) or None."""
+def _find_problem(value: Any, where: str, depth: int, top: str = "",
+                  holders: dict[int, str] | None = None) -> tuple[str, str, bool] | None:
+    """(path inside the value, what is wrong and what to do, is it a type problem) or None.
+
+    ``top`` names the value in messages (``category/key``); ``holders`` maps the id of each
+    container on the way down to its path, so that a value holding itself is named as a cycle
+    rather than as 254 levels of nesting. Only run once orjson has refused a value: it is a walk
+    in Python.
+    """
+    if holders is None:
+        holders = {}
+    if id(value) in holders:  # ids of containers alive on the way down: no other object has one
+        return (where, f"the value refers to itself at {top}{where}, which is {top}{holders[id(value)]} "
+                       "again: JSON has no cycles; store a copy that does not contain itself", False)
     if depth > _MAX_DEPTH:
         return (where, f"it is nested more than {_MAX_DEPTH} levels deep; flatten it", False)
     if value is None or isinstance(value, (bool, float, enum.Enum)):
         if isinstance(value, enum.Enum):
-            return _find_problem(value.value, where, depth + 1)
+            return _find_problem(value.value, where, depth + 1, top, holders)
         return None
     if isinstance(value, int):
         if -(2**63) <= value <= 2**64 - 1:
@@ -778,6 +790,7 @@ def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] |
             return (where, f"the string {_pair_problem(pair.group(), 'value')}", False)
         return None
     if isinstance(value, dict):
+        holders[id(value)] = where
         for k, v in value.items():
             if type(k) is not str:
                 return (
@@ -790,29 +803,34 @@ def _find_problem(value: Any, where: str, depth: int) -> tuple[str, str, bool] |
             pair = None if k.isascii() else _SURROGATE_PAIR.search(k)
             if pair is not None:
                 return (where, f"the dict key {k!r} {_pair_problem(pair.group(), 'key')}", False)
-            found = _find_problem(v, f"{where}[{k!r}]", depth + 1)
+            found = _find_problem(v, f"{where}[{k!r}]", depth + 1, top, holders)
             if found:
                 return found
+        del holders[id(value)]
         return None
     if isinstance(value, (list, tuple)):
+        holders[id(value)] = where
         for i, v in enumerate(value):
-            found = _find_problem(v, f"{where}[{i}]", depth + 1)
+            found = _find_problem(v, f"{where}[{i}]", depth + 1, top, holders)
             if found:
                 return found
+        del holders[id(value)]
         return None
     fields = _dataclass_fields(value)
     if fields is not None:
+        holders[id(value)] = where
         for f in fields:
             if not f.name.startswith("_"):
-                found = _find_problem(getattr(value, f.name), f"{where}.{f.name}", depth + 1)
+                found = _find_problem(getattr(value, f.name), f"{where}.{f.name}", depth + 1, top, holders)
                 if found:
                     return found
+        del holders[id(value)]
         return None
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
         if value.dtype.kind in "biuf":
             return None
-        return _find_problem(value.tolist(), where, depth)
+        return _find_problem(value.tolist(), where, depth, top, holders)
     if type(value).__module__ in ("datetime", "uuid"):
         return None
     name = type(value).__name__

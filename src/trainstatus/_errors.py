@@ -25,6 +25,7 @@ __all__ = [
     "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
+    "TrainingStatusDependencyError",
     "TrainingStatusError",
     "TrainingStatusHistoryWarning",
     "TrainingStatusLockTimeout",
@@ -159,6 +160,16 @@ class TrainingStatusTypeError(TrainingStatusError, TypeError):
 
 class TrainingStatusValueError(TrainingStatusError, ValueError):
     """A value that cannot be stored faithfully, or a reserved name. Nothing was written."""
+
+
+class TrainingStatusDependencyError(TrainingStatusError, ImportError):
+    """An optional dependency is not installed: boto3, for an ``s3://`` store. The message names
+    the extra that installs it (``pip install "trainstatus[s3]"``); the ``ImportError`` is the
+    ``__cause__``."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        ImportError.__init__(self, message)
+        self._set_context(context)
 
 
 class TrainingStatusCheckpointError(TrainingStatusError, OSError):

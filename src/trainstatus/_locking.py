@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from . import _fair, _interrupts
-from ._errors import TrainingStatusLockTimeout, TrainingStatusWriteError
+from ._errors import TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusWriteError
 
 if TYPE_CHECKING:
     import filelock
@@ -497,9 +497,11 @@ def lock_for(lock_path: str, mode: str = "flock", lease_path: str | None = None,
         if lock is None:
             lock = _registry[lock_path] = PathLock(lock_path, mode, lease_path)
         elif lock.mode != mode:
-            raise ValueError(
-                f"{target or lock_path.removesuffix('.lock')} is already open in this process with lock={lock.mode!r}; "
-                f"every store on one file must use the same lock mode, not lock={mode!r}"
+            where = target or lock_path.removesuffix('.lock')
+            raise TrainingStatusValueError(
+                f"{where} is already open in this process with lock={lock.mode!r}; "
+                f"every store on one file must use the same lock mode, not lock={mode!r}",
+                path=where,
             )
         return lock
 

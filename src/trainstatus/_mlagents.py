@@ -215,7 +215,8 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
 
     @staticmethod
     def load_state(path: str | os.PathLike[str], **options: Any) -> None:
-        """Resume from ``path`` and bind to it. A missing file warns and starts empty.
+        """Resume from ``path`` and bind to it. A missing or damaged file warns and comes back from
+        the newest intact version in its history, or starts empty when there is none.
 
         Values set before binding that the file does not hold are kept and written to it.
         """
@@ -312,7 +313,9 @@ class GlobalTrainingStatus(metaclass=_GlobalTrainingStatusType):
     def _merged(options: dict[str, Any]) -> dict[str, Any]:
         """The previous binding's options overridden by these; ``resume`` is the call's to say."""
         if "resume" in options:
-            raise TypeError("resume is implied by the call: load_state resumes, start_fresh and save_state do not")
+            raise TrainingStatusTypeError(
+                f"GlobalTrainingStatus takes no resume= option (resume={options['resume']!r} was given): resume is "
+                "implied by the call: load_state resumes, start_fresh and save_state do not. Leave resume= out.")
         return {**GlobalTrainingStatus._options, **options}
 
     @staticmethod

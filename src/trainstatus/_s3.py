@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from typing import Any, ContextManager
 
 from . import _interrupts
-from ._errors import TrainingStatusError, TrainingStatusReadError, TrainingStatusValueError, TrainingStatusWriteError
+from ._errors import (
+    TrainingStatusDependencyError,
+    TrainingStatusReadError,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
+    TrainingStatusWriteError,
+)
 from ._location import is_s3_url
 from ._storage import Conflict, Storage
 
@@ -36,6 +42,9 @@ logger = logging.getLogger("trainstatus")
 # mapped to boto3's names.
 _CREDENTIALS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
 _OPTIONS = frozenset({*_CREDENTIALS, "endpoint_url", "region_name", "profile", "anon", "client_kwargs", "config_kwargs"})
+
+_OPTION_KINDS: dict[str, type] = {"anon": bool, "client_kwargs": Mapping, "config_kwargs": Mapping}
+_KIND_NAMES = {str: "a str", bool: "True or False", Mapping: "a dict"}
 
 # botocore retries a failed request itself before we see an error; its default (legacy mode, a
 # 60 s connect timeout) would make a set hang for minutes on an unreachable endpoint.
@@ -69,10 +78,19 @@ def _client_factory(url: str, options: Mapping[str, Any]) -> Any:
         import boto3
         import botocore.config
     except ImportError as exc:
-        raise _MissingExtra(
+        raise TrainingStatusDependencyError(
             f"Opening {url} needs boto3, which is not installed: pip install \"trainstatus[s3]\".",
             path=url,
         ) from exc
+    for name in sorted(_OPTIONS):
+        value = options.get(name)
+        kind = _OPTION_KINDS.get(name, str)
+        if value is not None and not isinstance(value, kind):
+            raise TrainingStatusTypeError(
+                f"storage_options[{name!r}] must be {_KIND_NAMES[kind]} or None, not {type(value).__name__!r} "
+                f"({value!r}), for {url}.",
+                path=url,
+            )
     session_args: dict[str, Any] = {boto: options[ours] for ours, boto in _CREDENTIALS.items() if options.get(ours) is not None}
     if options.get("profile") is not None:
         session_args["profile_name"] = options["profile"]
@@ -85,6 +103,14 @@ def _client_factory(url: str, options: Mapping[str, Any]) -> Any:
         import botocore
 
         config_args["signature_version"] = botocore.UNSIGNED
+    try:
+        config = botocore.config.Config(**config_args)
+    except (TypeError, ValueError) as exc:
+        raise TrainingStatusValueError(
+            f"storage_options['config_kwargs'] {options.get('config_kwargs')!r} for {url} is refused by "
+            f"botocore.config.Config: {exc}. Give the arguments botocore.config.Config takes.",
+            path=url,
+        ) from exc
 
     def make() -> Any:
         # A new Session parses botocore's S3 model again (0.2-0.4 s); one per set of credentials
@@ -96,7 +122,15 @@ def _client_factory(url: str, options: Mapping[str, Any]) -> Any:
             session = _sessions.get(cache_key)
             if session is None:
                 session = _sessions[cache_key] = boto3.session.Session(**session_args)
-            return session.client("s3", config=botocore.config.Config(**config_args), **client_args)
+            try:
+                return session.client("s3", config=config, **client_args)
+            except (TypeError, ValueError) as exc:
+                raise TrainingStatusValueError(
+                    f"boto3 refused the storage_options of {url} (endpoint_url, region_name, client_kwargs "
+                    f"{options.get('client_kwargs')!r}): {exc}. Fix them: endpoint_url is a URL such as "
+                    "'http://localhost:9000'; client_kwargs are the arguments of boto3's client().",
+                    path=url,
+                ) from exc
 
     return make
 
@@ -115,12 +149,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class _MissingExtra(TrainingStatusError, ImportError):
-    def __init__(self, message: str, **context: Any) -> None:
-        ImportError.__init__(self, message)
-        self._set_context(context)
 
 
 class S3Object(Storage):

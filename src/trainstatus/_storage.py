@@ -578,12 +578,13 @@ class LocalFile(Storage):
             return []
 
     def _write_error(self, exc: OSError, step: str) -> TrainingStatusWriteError:
+        # What to do; what happened is the error's own strerror, already in the message.
         what = {
             errno_codes.ENOSPC: "the disk is full; free some space",
-            errno_codes.EDQUOT: "the disk quota is exhausted; free some space or raise the quota",
-            errno_codes.EROFS: "the filesystem is read-only; remount it writable or use another path",
-            errno_codes.EACCES: "permission denied; fix the permissions of the directory",
-            errno_codes.EPERM: "operation not permitted; fix the permissions of the directory",
+            errno_codes.EDQUOT: "free some space or raise the quota",
+            errno_codes.EROFS: "remount it writable or use another path",
+            errno_codes.EACCES: "fix the permissions of the directory",
+            errno_codes.EPERM: "fix the permissions of the directory",
             errno_codes.ENAMETOOLONG: self._too_long(),
         }.get(exc.errno or 0, "check the disk and the path")
         if step == "syncing its directory":

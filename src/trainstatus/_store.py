@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from . import _history, _interrupts, _locking
+from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
 from ._errors import (
     TrainingStatusConflictError,
@@ -101,6 +102,7 @@ def _path_option(path: Any) -> str:
 _OPTION_TYPES = {bool: "True or False", str: "a str", Mapping: "a dict (a mapping) or None",
                  float: "a number of seconds or None", int: "a number of versions (an int) or None"}
 DEFAULT_HISTORY = 20  # versions kept beside a local file (a few KB each)
+_CHECKPOINT_KEYS = frozenset({CHECKPOINTS, FINAL_CHECKPOINT})
 
 
 def _check_option(name: str, value: Any, kind: type, location: str) -> None:
@@ -119,6 +121,24 @@ def _check_option(name: str, value: Any, kind: type, location: str) -> None:
         f"({value!r}), for {location}{hint}.",
         path=location,
     )
+
+
+_AGAIN = "set the value again"  # what the storage's write errors say to do once the cause is fixed
+
+
+@contextlib.contextmanager
+def _retold(todo: str) -> Iterator[None]:
+    """Make a write error say ``todo`` (``delete it again``) where the storage, which does not
+    know which call wrote, says to set the value again."""
+    try:
+        yield
+    except TrainingStatusWriteError as exc:
+        message = str(exc)
+        if _AGAIN not in message:
+            raise
+        retold = TrainingStatusWriteError(message.replace(_AGAIN, todo), errno=exc.errno, **exc._context())
+        retold.__dict__.update({k: v for k, v in vars(exc).items() if k not in vars(retold)})
+        raise retold from exc.__cause__
 
 
 class _NotRestored(Exception):
@@ -286,7 +306,8 @@ class StatusStore:
     Options:
 
     - ``resume``: the caller is resuming a run, so a missing file is worth a
-      ``TrainingStatusMissingWarning``. A fresh run (the default) starts empty silently.
+      ``TrainingStatusMissingWarning``, and the newest intact version in its history (if any) is
+      put back in its place. A fresh run (the default) starts empty silently.
     - ``durable``: fsync the file and its directory on each write (the default). ``False`` keeps
       writes atomic (safe when the process is killed) but not safe against power loss.
     - ``lock_timeout``: seconds to wait for the lock before ``TrainingStatusLockTimeout``; ``None``
@@ -301,7 +322,8 @@ class StatusStore:
     - ``metadata``: extra fields for the metadata block (e.g. ``{"torch_version": ...}``); a file
       written with different values of these fields gets a ``TrainingStatusVersionWarning``.
     - ``strict``: raise ``TrainingStatusCorruptError`` on a damaged file instead of keeping it
-      aside and starting empty.
+      aside and putting back the newest intact version from its history (or starting empty when
+      there is none).
     - ``allow_downgrade``: let this version rewrite a file of a newer format (dropping its new
       format version); without it such a write raises ``TrainingStatusVersionError``.
     - ``history``: how many earlier versions of a local file to keep beside it, as
@@ -342,29 +364,40 @@ class StatusStore:
         if history is not None:
             _check_option("history", history, int, given)
             if history < 0:
-                raise ValueError(f"history must be a number of versions >= 0 (0: keep none), not {history!r}, for {given}")
+                raise TrainingStatusValueError(
+                    f"StatusStore option history= must be a number of versions >= 0 (0: keep none; None: the "
+                    f"default, {DEFAULT_HISTORY}), not {history!r}, for {given}.",
+                    path=given,
+                )
         if lock_timeout is not None and (type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float))):
             _check_option("lock_timeout", lock_timeout, float, given)
         check_location(given)
         if lock not in _locking.LOCK_MODES:
-            raise ValueError(f"lock must be one of {', '.join(map(repr, _locking.LOCK_MODES))}, not {lock!r}")
+            raise TrainingStatusValueError(
+                f"StatusStore option lock= must be one of {', '.join(map(repr, _locking.LOCK_MODES))}, "
+                f"not {lock!r}, for {given}.",
+                path=given,
+            )
         if lock != "flock" and isinstance(given, str) and is_s3_url(given):
-            raise ValueError(
+            raise TrainingStatusValueError(
                 f"lock={lock!r} is for local paths; {given!r} is an s3:// object, which takes no lock "
-                "(writes are conditional). Leave lock= out."
+                "(writes are conditional). Leave lock= out.",
+                path=given,
             )
         storage: Storage
         if isinstance(given, str) and is_s3_url(given):
             if history:
-                raise ValueError(
+                raise TrainingStatusValueError(
                     f"history={history} is kept for local files only; {given!r} is an s3:// object. "
-                    "Turn on versioning in the bucket to keep earlier versions, and leave history= out."
+                    "Turn on versioning in the bucket to keep earlier versions, and leave history= out.",
+                    path=given,
                 )
             storage = S3Object(given, storage_options)
         elif storage_options is not None:
-            raise ValueError(
+            raise TrainingStatusValueError(
                 f"storage_options= is for s3:// URLs; {given!r} is a local path, which takes none. "
-                "Leave storage_options out, or give an s3://bucket/key URL."
+                "Leave storage_options out, or give an s3://bucket/key URL.",
+                path=given,
             )
         else:
             storage = LocalFile(os.path.abspath(given), durable=durable, lock=lock,
@@ -389,7 +422,11 @@ class StatusStore:
         allow_downgrade: bool = False,
     ) -> None:
         if lock_timeout is not None and not lock_timeout >= 0:
-            raise ValueError(f"lock_timeout must be a number of seconds >= 0 or None, not {lock_timeout!r}")
+            raise TrainingStatusValueError(
+                f"StatusStore option lock_timeout= must be a number of seconds >= 0 (0: do not wait) or None "
+                f"(wait forever), not {lock_timeout!r}, for {storage.location}.",
+                path=storage.location,
+            )
         if lock_timeout is not None and lock_timeout > threading.TIMEOUT_MAX:
             lock_timeout = None  # longer than the platform can wait for (inf included): forever
         self._storage = storage
@@ -510,7 +547,7 @@ class StatusStore:
         if self._tx_reads is not None and self._tx_owner == threading.get_ident():
             # Inside the caller's transaction, what delete returns is a read the body may act on.
             self._note_read(category_name, key_name)
-        with self.transaction():
+        with _retold("delete it again"), self.transaction():
             if self._lookup(category_name, key_name) is None:
                 return False
             self._pending[(category_name, key_name)] = None
@@ -523,7 +560,7 @@ class StatusStore:
         The metadata block is rewritten with this store's own fields only (format version,
         trainstatus version, ``metadata=``), dropping fields a previous writer left there.
         """
-        with self.transaction():
+        with _retold("clear the store again"), self.transaction():
             self._pending.clear()
             self._cleared = True
 
@@ -533,7 +570,7 @@ class StatusStore:
 
         Inside a transaction, the transaction's final write does it.
         """
-        with self._guard():
+        with _retold("save again"), self._guard():
             self._save_requested = True
             if self._tx_depth:
                 return
@@ -717,7 +754,8 @@ class StatusStore:
                 if found is not None:
                     warn(TrainingStatusMissingWarning(
                         f"Resuming, but there is no status file at {self._location}: {restored} was "
-                        "put back in its place; changes written after that version are lost. "
+                        "put back in its place; changes written after that version are lost."
+                        f"{self._missing_checkpoint_files()} "
                         f"`trainstatus history {self._location}` lists the versions kept.",
                         path=self._location,
                     ))
@@ -810,8 +848,8 @@ class StatusStore:
                 warn(TrainingStatusCorruptWarning(
                     f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved}, and "
                     f"{restored} was put back in its place: changes written after that version are lost "
-                    f"unless that copy still holds them. `trainstatus history {self._location}` lists "
-                    "the versions kept.",
+                    f"unless that copy still holds them.{self._missing_checkpoint_files()} "
+                    f"`trainstatus history {self._location}` lists the versions kept.",
                     path=self._location,
                     moved_to=moved,
                 ))
@@ -829,6 +867,17 @@ class StatusStore:
         if initial:
             self._install(Document({}, None))
         # Otherwise keep _doc: the last good state this store knew beats an empty document.
+
+    def _missing_checkpoint_files(self) -> str:
+        """A sentence naming the checkpoint files the document lists that are gone ("" if none).
+
+        A version from the history is older than the file it stands in for: the trainer may have
+        removed checkpoints it listed since (trimmed to keep_checkpoints), and a resume would try
+        to load them.
+        """
+        listed = {category: {key: decode(entry) for key, entry in keys.items() if key in _CHECKPOINT_KEYS}
+                  for category, keys in self._doc.items()}
+        return describe_missing(listed)
 
     def _from_history(self) -> tuple[_history.Version, Document, bytes] | None:
         """The newest kept version that loads as a status document, with its document and bytes."""

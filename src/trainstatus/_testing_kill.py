@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from . import _atomic, _storage, _store
-from ._errors import TrainingStatusError
+from ._errors import TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
 from ._store import StatusStore
 from ._testing_fs import FsState, restore, snapshot
 
@@ -139,15 +139,20 @@ def crash_points(writes: int, points: tuple[str, ...] | list[str] = POINTS) -> l
     with ``durable=False``.
     """
     if type(writes) is not int or writes < 1:
-        raise ValueError(f"writes must be a number of writes >= 1, not {writes!r}")
+        raise TrainingStatusValueError(
+            f"crash_points: writes= must be the number of writes the scenario makes (an int >= 1), not {writes!r}.")
     _check_points(points)
     return [CrashPoint(w, p) for w in range(1, writes + 1) for p in points]
 
 
 def _check_points(points: tuple[str, ...] | list[str]) -> None:
+    if isinstance(points, str):  # iterated, points="renamed" would be a list of letters
+        raise TrainingStatusTypeError(f"points= must be a list of crash points, e.g. [{points!r}], not the str {points!r}.")
     unknown = [p for p in points if p not in POINTS]
-    if unknown or not points:
-        raise ValueError(f"unknown crash point(s) {unknown!r}; choose from {', '.join(POINTS)}")
+    if unknown:
+        raise TrainingStatusValueError(f"unknown crash point(s) {unknown!r}; choose from {', '.join(POINTS)}")
+    if not points:
+        raise TrainingStatusValueError(f"points= names no crash point; choose one or more from {', '.join(POINTS)}")
 
 
 class _DeadStore(StatusStore):
@@ -321,7 +326,8 @@ def kill_at(write: int, point: str, *, root: str | os.PathLike[str] | None = Non
     are no-ops) and on a real folder; local files only, not ``s3://``.
     """
     if type(write) is not int or write < 1:
-        raise ValueError(f"write must be the number of a write >= 1 (1: the first), not {write!r}")
+        raise TrainingStatusValueError(
+            f"kill_at: write= must be the number of a write (an int >= 1; 1: the first), not {write!r}.")
     _check_points([point])
     kill = Kill(write, point)
     session = _Session(kill, _path(root), sigkill)

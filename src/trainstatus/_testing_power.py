@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _storage
+from ._errors import TrainingStatusValueError
 from ._testing_fs import FsState, is_lock_name, materialize, snapshot
 from ._testing_kill import TrainingStatusTestError
 
@@ -652,6 +653,10 @@ def power_losses(run: Callable[[], object], check: Callable[[PowerLoss], object]
     (a builtin ``open`` of the trainer's own, say): the states would be missing those changes. Make
     such files outside ``root``, or with ``os`` calls.
     """
+    if type(block) is not int or block < 1:
+        raise TrainingStatusValueError(
+            f"power_losses: block= must be the disk's block size in bytes (an int >= 1; default {BLOCK}), "
+            f"not {block!r}.")
     recording, _ = record(run, root)
     base = tempfile.mkdtemp(prefix="trainstatus-power-", dir=None if scratch is None else os.fspath(scratch))
     counter = itertools.count()
