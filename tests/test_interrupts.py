@@ -282,6 +282,10 @@ def _set_after_another_wrote(store: StatusStore) -> None:
     store.set("b", "n", 5)
 
 
+def _reload(store: StatusStore) -> None:
+    store.reload()
+
+
 OPERATIONS = {
     "set": (_set, None),
     "set merging another writer's change": (_set_after_another_wrote, _another_process_wrote),
@@ -291,6 +295,7 @@ OPERATIONS = {
     "clear": (_clear, None),
     "save": (_save, None),
     "close": (_close, None),
+    "reload after another writer's change": (_reload, _another_process_wrote),
 }
 
 
@@ -299,6 +304,8 @@ def test_an_interrupt_at_any_point_leaves_nothing_held_and_memory_matching_the_f
     operation, prepare = OPERATIONS[name]
     points, interrupted = _enumerate(tmp_path, operation, prepare=prepare)
     assert points > 100 and interrupted > 0
+    if prepare is _another_process_wrote:  # the operation read what the other writer wrote
+        assert _expected_cache[operation]["b"]["elsewhere"] is True
     reliability.add("interrupt_points", points, source="test_interrupts.py")
 
 
@@ -610,3 +617,57 @@ def test_a_handler_installed_between_two_sets_is_held_back_too(tmp_path: Path, m
         store.close()
     assert signal.getsignal(signal.SIGUSR2) is previous
     assert json.loads((tmp_path / "status.json").read_bytes())["a"]["b"] == 4
+
+
+# Every public name of StatusStore, called as a user would (a method added without an entry here
+# fails the check below, so it cannot escape the guard test unseen).
+_PUBLIC_CALLS: dict[str, Callable[[StatusStore], Any]] = {
+    "get": lambda store: store.get("b", "n"),
+    "set": lambda store: store.set("b", "n", 2),
+    "delete": lambda store: store.delete("b", "keep"),
+    "clear": lambda store: store.clear(),
+    "save": lambda store: store.save(),
+    "transaction": lambda store: _increment(store),
+    "run_transaction": lambda store: _run_increment(store),
+    "reload": lambda store: (_another_process_wrote(store), store.reload()),
+    "to_dict": lambda store: store.to_dict(),
+    "close": lambda store: store.close(),
+    "__exit__": lambda store: store.__exit__(None, None, None),
+}
+_TAKE_THE_MUTEX = {"set", "delete", "clear", "save", "transaction", "run_transaction", "reload", "close", "__exit__"}
+
+
+def test_every_public_method_taking_the_stores_mutex_holds_signals_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A method that takes the mutex outside ``_interrupts.protected`` (or a transaction's own
+    ``enter``) can be cut by Ctrl-C between the acquire and the ``try`` that releases it."""
+    public = {name for name, value in vars(StatusStore).items()
+              if callable(value) and not name.startswith("_")} | {"__exit__"}
+    assert public == set(_PUBLIC_CALLS), "add the new public method to _PUBLIC_CALLS"
+    assert isinstance(vars(StatusStore)["path"], property)  # the one public attribute not called
+
+    real_guard = StatusStore._guard
+    depths: list[int] = []
+    watched: list[StatusStore] = []
+
+    def spied_guard(self: StatusStore, start: float | None = None) -> Any:
+        if self in watched and threading.current_thread() is threading.main_thread():
+            depths.append(_interrupts.state.depth)
+        return real_guard(self, start)
+
+    monkeypatch.setattr(StatusStore, "_guard", spied_guard)
+    took = set()
+    for name, call in _PUBLIC_CALLS.items():
+        path = tmp_path / name / "status.json"
+        store = StatusStore(path, durable=False)
+        store.set("b", "n", 1)
+        store.set("b", "keep", [1])
+        depths.clear()
+        watched[:] = [store]
+        call(store)
+        if depths:
+            took.add(name)
+        assert all(depths), f"StatusStore.{name} takes the mutex with signals let through: wrap it in _interrupts.protected"
+        if name == "reload":
+            assert store.get("b", "elsewhere") is True  # it read, under the mutex
+        store.close()
+    assert took == _TAKE_THE_MUTEX
