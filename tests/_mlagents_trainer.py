@@ -165,6 +165,8 @@ def main() -> int:
     parser.add_argument("--tick", type=float, default=0.0, help="seconds per environment step")
     parser.add_argument("--max-steps", type=int, default=10**9)
     parser.add_argument("--pretend-mlagents-version", default=None)
+    parser.add_argument("--hold-at-binding", action="store_true",
+                        help="once the stats_writer plugins ran (before any status call), say so and wait to be killed")
     args = parser.parse_args()
     if args.report:
         args.resume = True
@@ -182,6 +184,9 @@ def main() -> int:
     if settings.resume:
         GlobalTrainingStatus.load_state(os.path.join(run_logs_dir, "training_status.json"))
     load_plugins("mlagents.stats_writer", options)
+    if args.hold_at_binding:  # not ML-Agents': the test looks at the file before anything is set
+        say(ack="bound")
+        threading.Event().wait()
     manager = EnvironmentParameterManager(options.environment_parameters, 1, restore=settings.resume)
     names = [f"Behavior{i}" for i in range(args.behaviors - 1)] + [GHOST]
     trainers = [Trainer(n, settings.write_path, args.keep, n == GHOST) for n in names]

@@ -15,6 +15,7 @@ the default run's and the ``long`` and ``mlagents`` groups'), or for the reliabi
 from __future__ import annotations
 
 import collections
+import gc
 import os
 import random
 import signal
@@ -127,6 +128,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and _SEED in item.stash:
         report.sections.append(("seed", f"rerun with {SEED_VARIABLE}={item.stash[_SEED]} python -m pytest '{item.nodeid}'"))
     return report
+
+
+@pytest.fixture(autouse=True)
+def _collector_left_on() -> Any:
+    """Fail a test that leaves the garbage collector off (the library's pause after an error, or a
+    test that turned it off itself), and turn it back on so the next tests run as programs do."""
+    yield
+    if not gc.isenabled():
+        gc.enable()
+        pytest.fail("the garbage collector was left disabled after this test", pytrace=False)
 
 
 @pytest.fixture(scope="session")

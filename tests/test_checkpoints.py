@@ -547,15 +547,33 @@ def test_numpy_numbers_are_stored_as_python_numbers(tmp_path: Path, store: Statu
     assert same(on_disk(store)["Walker"]["checkpoints"][0], entry)
 
 
-def test_a_list_that_is_not_a_list_is_refused_before_the_files_are_touched(tmp_path: Path, store: StatusStore) -> None:
-    store.set("Walker", "checkpoints", {"steps": 1})
+@pytest.mark.parametrize("damaged", [{"steps": 1}, "checkpoints", 7])
+def test_a_list_that_is_not_a_list_is_refused_before_the_files_are_touched(
+        tmp_path: Path, store: StatusStore, monkeypatch: pytest.MonkeyPatch, damaged: Any) -> None:
+    store.set("Walker", "checkpoints", damaged)
+    files = [tmp_path / write(tmp_path, "models/a.onnx"), tmp_path / write(tmp_path, "models/a.pt")]
+    status = Path(store.path)
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in [*files, status]}
+    listings = {d: sorted(os.listdir(d)) for d in (tmp_path / "models", status.parent)}
+    # Every fsync and every open the refused call makes: a refusal costs the files nothing (an
+    # fsync of a checkpoint folder on a busy disk takes seconds) and takes no lock, writes nothing.
+    synced: list[int] = []
+    opened: list[str] = []
+    real_fsync, real_open = os.fsync, os.open
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "open", lambda path, *args, **kwargs: (opened.append(os.fsdecode(path)),
+                                                                    real_open(path, *args, **kwargs))[1])
     with pytest.raises(TrainingStatusValueError) as raised:
-        CheckpointList(store, "Walker", root=tmp_path).add(2, write(tmp_path, "a.onnx"))
+        CheckpointList(store, "Walker", root=tmp_path).add(2, "models/a.onnx", auxillary_file_paths=["models/a.pt"])
+    monkeypatch.undo()
     assert str(raised.value) == (
-        f"Walker/checkpoints in {store.path} holds a dict, not a list of checkpoints; fix it, or delete "
-        f"it (trainstatus delete {store.path} Walker checkpoints) to start a new list."
+        f"Walker/checkpoints in {store.path} holds a {type(damaged).__name__}, not a list of checkpoints; fix it, "
+        f"or delete it (trainstatus delete {store.path} Walker checkpoints) to start a new list."
     )
-    assert store.get("Walker", "checkpoints") == {"steps": 1}
+    assert synced == [] and opened == []
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in [*files, status]} == before
+    assert {d: sorted(os.listdir(d)) for d in listings} == listings
+    assert store.get("Walker", "checkpoints") == damaged
 
 
 @pytest.mark.parametrize(("options", "kind", "message"), [

@@ -1163,3 +1163,33 @@ def test_the_collector_pause_nests_across_threads() -> None:
     release.set()
     worker.join(10)
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda good: good[: len(good) // 2], id="truncated"),
+        pytest.param(lambda good: b"[" + good + b"]", id="not_an_object"),
+        pytest.param(lambda good: good.replace(b'"c1.pt"', b'"\xff\xfe"', 1), id="invalid_utf8"),
+        pytest.param(lambda good: good[:-1] + b',"Walker": {}}', id="duplicate_category"),
+    ],
+)
+def test_a_big_damaged_file_leaves_the_collector_on(tmp_path: pathlib.Path, damage: Any) -> None:
+    # The load of a file of PAUSE_FROM bytes or more pauses the collector; a damaged one ends in
+    # an exception inside the pause, and a program whose collector stayed off would grow forever.
+    import gc
+
+    from trainstatus import TrainingStatusCorruptWarning
+
+    path = tmp_path / "status.json"
+    with StatusStore(path, history=0) as store:
+        store.set("Walker", "checkpoints", [{"steps": i, "paths": [f"c{i}.pt"]} for i in range(10_000)])
+    data = damage(path.read_bytes())
+    assert len(data) >= _codec.PAUSE_FROM
+    path.write_bytes(data)
+    assert gc.isenabled()
+    with pytest.warns(TrainingStatusCorruptWarning), StatusStore(path, history=0) as store:
+        assert gc.isenabled()
+        assert store.get("Walker", "checkpoints") is None
+    assert gc.isenabled()
+    assert _codec._pausers == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstatus import GlobalTrainingStatus, StatusStore, TrainingStatusTypeError
+from trainstatus import GlobalTrainingStatus, StatusStore, TrainingStatusError, TrainingStatusTypeError, _storage
 
 
 def test_get_takes_default_as_a_keyword_and_the_store_takes_path_as_one(tmp_path: Path) -> None:
@@ -20,16 +20,76 @@ def test_get_takes_default_as_a_keyword_and_the_store_takes_path_as_one(tmp_path
     assert store.get("wall", "lesson_num", default=0) == 2
 
 
+def _descriptors_under(folder: Path) -> list[str]:
+    """What this process's open descriptors name inside ``folder`` (once the background closer
+    has closed what earlier writes retired: close() itself lets go of the rest at once)."""
+    _storage._closer.wait(10)
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if target.startswith(str(folder) + os.sep):
+            names.append(target)
+    return names
+
+
+def _closed_message(path: Path) -> str:
+    return f"The store on {path} is closed; open a new StatusStore to change it."
+
+
 def test_close_twice_is_harmless(tmp_path: Path) -> None:
-    with StatusStore(tmp_path / "status.json") as store:
+    path = tmp_path / "status.json"
+    with StatusStore(path) as store:
         store.set("b", "n", 1)
         store.close()
+        after_first = path.read_bytes(), path.stat().st_mtime_ns, sorted(os.listdir(tmp_path))
+        store.close()  # inside the with block: its __exit__ closes a third time
     store.close()
-    GlobalTrainingStatus._configure(path=str(tmp_path / "g" / "training_status.json"))
+    assert (path.read_bytes(), path.stat().st_mtime_ns, sorted(os.listdir(tmp_path))) == after_first
+    assert _descriptors_under(tmp_path) == []  # the file handle was let go, once
+    # Closed is closed: reads still answer from memory, every write says what to do.
+    assert store.get("b", "n") == 1 and store.to_dict()["b"] == {"n": 1}
+    writes = {
+        "set": lambda: store.set("b", "n", 2),
+        "delete": lambda: store.delete("b", "n"),
+        "clear": store.clear,
+        "save": store.save,
+        "reload": store.reload,
+        "transaction": lambda: store.transaction().__enter__(),
+        "run_transaction": lambda: store.run_transaction(lambda s: s.set("b", "n", 3)),
+    }
+    for name, write in writes.items():
+        with pytest.raises(TrainingStatusError) as raised:
+            write()
+        assert str(raised.value) == _closed_message(path), name
+        assert raised.value.path == str(path)
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == after_first[:2]
+    with StatusStore(path, lock_timeout=1) as again:  # nothing of the closed store is in the way
+        assert again.get("b", "n") == 1
+        again.set("b", "n", 4)
+    assert json.loads(path.read_bytes())["b"] == {"n": 4}
+
+
+def test_closing_the_global_status_store_twice_is_harmless(tmp_path: Path) -> None:
+    path = tmp_path / "run_logs" / "training_status.json"
     try:
+        GlobalTrainingStatus.store().close()  # unbound: the in-memory store
         GlobalTrainingStatus.store().close()
+        GlobalTrainingStatus.start_fresh(path)  # binding replaces it: the closed one is not used
+        GlobalTrainingStatus.set_parameter_state("wall", "lesson_num", 1)
+        before = path.read_bytes()
+        GlobalTrainingStatus.store().close()
+        GlobalTrainingStatus.store().close()
+        with pytest.raises(TrainingStatusError) as raised:
+            GlobalTrainingStatus.set_parameter_state("wall", "lesson_num", 2)
+        assert str(raised.value) == _closed_message(path)
+        assert GlobalTrainingStatus.get_parameter_state("wall", "lesson_num") == 1
     finally:
-        GlobalTrainingStatus.reset()
+        GlobalTrainingStatus.reset()  # closes the bound store a third time
+    assert path.read_bytes() == before
+    assert _descriptors_under(tmp_path) == []
 
 
 @pytest.mark.parametrize(("option", "value"), [

@@ -176,3 +176,134 @@ def test_a_lock_file_holding_anything_else_is_never_written_while_waiting(tmp_pa
         holder.communicate()
     assert lock_file.read_bytes() == before
     store.close()
+
+
+# -- the registry itself, and turns in lockstep: no timing decides these outcomes ----------------
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_fair.Registry]:
+    """A registry on a fresh lock file; the defer limit lifted, so ``ahead`` answers from the list
+    alone however slow the machine is between ``sign_in`` and the look."""
+    monkeypatch.setattr(_fair, "_DEFER_AT_MOST", 600.0)
+    fd = os.open(tmp_path / "status.json.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        yield _fair.Registry(lambda: fd, os)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def live_pid() -> Iterator[int]:
+    """The pid of a process that lives for the test (never this one: a process skips itself)."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        yield child.pid
+    finally:
+        child.communicate()
+
+
+def _plant_in(registry: _fair.Registry, pid: int, arrival_ns: int, slot: int) -> None:
+    os.pwrite(registry.fd, struct.pack("<IIq", pid, _fair._check(pid, arrival_ns), arrival_ns), slot * 16)
+
+
+def test_a_live_waiter_that_came_first_is_ahead(registry: _fair.Registry, live_pid: int) -> None:
+    _plant_in(registry, live_pid, time.monotonic_ns() - 1_000_000, slot=0)
+    registry.sign_in()
+    assert registry.ahead() == 1
+    _plant_in(registry, os.getppid(), time.monotonic_ns() - 2_000_000, slot=1)  # a second one, alive
+    assert registry.ahead() == 2
+    registry.sign_out()
+
+
+def test_a_live_waiter_that_came_later_is_behind(registry: _fair.Registry, live_pid: int) -> None:
+    registry.sign_in()
+    _plant_in(registry, live_pid, time.monotonic_ns(), slot=((registry._slot or 0) + 1) % 64)
+    assert registry.ahead() == 0
+
+
+def test_a_waiter_whose_process_died_is_not_ahead(registry: _fair.Registry) -> None:
+    dead = _dead_pid()
+    _plant_in(registry, dead, time.monotonic_ns() - 1_000_000, slot=0)
+    registry.sign_in()
+    assert registry.ahead() == 0
+
+
+def test_a_waiter_signed_in_longer_than_the_stale_limit_is_not_ahead(registry: _fair.Registry, live_pid: int) -> None:
+    _plant_in(registry, live_pid, time.monotonic_ns() - _fair._STALE_NS - 1_000_000_000, slot=0)
+    registry.sign_in()
+    assert registry.ahead() == 0
+
+
+def test_a_torn_slot_is_not_ahead(registry: _fair.Registry, live_pid: int) -> None:
+    arrival = time.monotonic_ns() - 1_000_000
+    os.pwrite(registry.fd, struct.pack("<IIq", live_pid, _fair._check(live_pid, arrival) ^ 1, arrival), 0)
+    registry.sign_in()  # a slot that fails its check: the file is not a registry, nobody signs in
+    assert registry._slot is None and registry.ahead() == 0
+    os.pwrite(registry.fd, bytes(16), 0)
+    registry.sign_in()
+    os.pwrite(registry.fd, struct.pack("<IIq", live_pid, _fair._check(live_pid, arrival) ^ 1, arrival),
+              ((registry._slot or 0) + 1) % 64 * 16)  # torn after this process signed in
+    assert registry.ahead() == 0
+
+
+# A waiter in its own process: opens the store, says so, waits for "go", then takes one turn,
+# appending its name to the list of turns while it holds the lock. The defer limit is lifted (and
+# the stale limit), so the order the waiters take the lock in comes from the registry alone.
+_LOCKSTEP_WAITER = r"""
+import sys
+from trainstatus import StatusStore, _fair
+_fair._DEFER_AT_MOST = 600.0
+_fair._STALE_NS = 600 * 10**9
+name = sys.argv[2]
+store = StatusStore(sys.argv[1], durable=False, lock_timeout=10)  # in turn, it takes a second
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\n"
+with store.transaction():
+    store.set("turns", "order", store.get("turns", "order", []) + [name])
+store.close()
+"""
+
+
+def _signed_in(lock_file: Path) -> set[int]:
+    data = lock_file.read_bytes()
+    return {pid for pid, check, arrival in struct.iter_unpack("<IIq", data[: len(data) - len(data) % 16])
+            if pid and check == _fair._check(pid, arrival)}
+
+
+def test_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -> None:
+    """The lock is held while three processes, one after another, start waiting; each is seen
+    signed in before the next starts. Let go, the turns must be theirs in that order."""
+    import fcntl
+
+    path = tmp_path / "status.json"
+    lock_file = Path(str(path) + ".lock")
+    with StatusStore(path, durable=False) as store:
+        store.set("turns", "order", [])
+    names = ["first", "second", "third"]
+    held = os.open(lock_file, os.O_RDWR)
+    waiters: list[subprocess.Popen[str]] = []
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for name in names:
+            waiter = subprocess.Popen([sys.executable, "-c", _LOCKSTEP_WAITER, str(path), name],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            waiters.append(waiter)
+            assert waiter.stdout is not None and waiter.stdin is not None
+            assert waiter.stdout.readline() == "ready\n"
+            waiter.stdin.write("go\n")
+            waiter.stdin.flush()
+            deadline = time.monotonic() + 30
+            while waiter.pid not in _signed_in(lock_file):  # a condition, not a guess at a delay
+                assert waiter.poll() is None and time.monotonic() < deadline, f"{name} never signed in"
+                time.sleep(0.001)
+        assert _signed_in(lock_file) == {w.pid for w in waiters}
+    finally:
+        fcntl.flock(held, fcntl.LOCK_UN)
+        os.close(held)
+        for waiter in waiters:
+            waiter.communicate(timeout=60)
+    assert [w.returncode for w in waiters] == [0, 0, 0]
+    with StatusStore(path, durable=False) as store:
+        assert store.get("turns", "order") == names
+    assert _signed_in(lock_file) == set()  # each signed out

@@ -258,6 +258,29 @@ def test_a_fresh_run_is_on_disk_at_once(mla_python: Path, tmp_path: Path) -> Non
     assert on_disk["metadata"]["torch_version"] == "0.0.0+no-torch"
 
 
+@pytest.mark.mlagents
+@pytest.mark.parametrize("how", ["fresh", "force"])
+def test_a_fresh_run_is_on_disk_at_binding_before_anything_is_set(mla_python: Path, tmp_path: Path, how: str) -> None:
+    """The file exists from the moment the plugin binds, not from the curriculum's first set: a
+    kill right then still resumes (a --resume of a run whose file is missing would start over)."""
+    path = status_file(tmp_path)
+    if how == "force":
+        path.parent.mkdir(parents=True)
+        path.write_text(DATA.read_text())
+    run = Run(mla_python, tmp_path, "--hold-at-binding", *(["--force"] if how == "force" else []))
+    try:
+        run.read_until(lambda a: a.get("ack") == "bound")
+        on_disk = json.loads(path.read_text())  # read while the trainer waits: nothing set yet
+    finally:
+        run.kill()
+    assert [a["ack"] for a in run.acks] == ["bound"]
+    assert list(on_disk) == ["metadata"], on_disk  # the earlier run's status gone too (--force)
+    assert on_disk["metadata"]["mlagents_version"] == "1.1.0"
+    rep = report(mla_python, tmp_path)  # resumed from what the kill left
+    assert rep["lessons"] == {"wall_height": 0, "goal_size": 0}
+    assert rep["checkpoints"] == {"Behavior0": [], "SoccerTwos": []}
+
+
 def test_force_replaces_an_existing_status_at_once(mla_python: Path, tmp_path: Path) -> None:
     path = status_file(tmp_path)
     path.parent.mkdir(parents=True)

@@ -108,6 +108,49 @@ def test_a_cut_name_is_the_same_in_another_process() -> None:
     assert out.stdout.split() == [_names.lock_name(name), _names.lease_name(name), _names.copy_stem(name)]
 
 
+# Written out once from the rule (SHA-256 of the name's bytes, 12 hex digits, after "~"), never
+# computed here: a release that changed the digest, its length or where the name is cut would give
+# a long name another lock than the release before, and two trainers, one upgraded, would both
+# write. These literals are what every version must keep producing.
+LONG_ASCII = "a" * 250 + ".json"  # 255 bytes
+LONG_ACCENTED = "run-\u00e9" * 41 + ".json"  # 251 bytes; é is two, so a cut can fall inside it
+GOLDEN = {
+    LONG_ASCII: {
+        "lock": "a" * 237 + "~adf1a17dde5c.lock",
+        "lease": "a" * 233 + "~adf1a17dde5c.softlock",
+        "copy": "a" * 202 + "~adf1a17dde5c",
+        "temp": "." + "a" * 208 + "~adf1a17dde5c.trainstatus-0123456789abcdef.tmp",
+        "history": "." + "a" * 220 + "~adf1a17dde5c.history-00000007",
+    },
+    LONG_ACCENTED: {
+        "lock": "run-\u00e9" * 39 + "run~35149f29f74a.lock",
+        "lease": "run-\u00e9" * 38 + "run-~35149f29f74a.softlock",  # é would pass the 255 bytes
+        "copy": "run-\u00e9" * 33 + "run-~35149f29f74a",
+        "temp": "." + "run-\u00e9" * 34 + "run-~35149f29f74a.trainstatus-0123456789abcdef.tmp",
+        "history": "." + "run-\u00e9" * 36 + "run-~35149f29f74a.history-00000007",
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(GOLDEN), ids=["ascii", "accented"])
+def test_the_names_of_a_long_name_are_pinned(name: str) -> None:
+    golden = GOLDEN[name]
+    assert _names.lock_name(name) == golden["lock"]
+    assert _names.lease_name(name) == golden["lease"]
+    assert _names.copy_stem(name) == golden["copy"]
+    assert _names.temp_name(name, "0123456789abcdef") == golden["temp"]
+    assert _names.history_name(name, 7) == golden["history"]
+    for made in golden.values():
+        assert len(os.fsencode(made)) <= _names.NAME_MAX
+
+
+def test_a_store_on_a_long_name_locks_the_pinned_lock_file(tmp_path: Path) -> None:
+    with StatusStore(tmp_path / LONG_ACCENTED, durable=False) as store:
+        store.set("b", "n", 1)
+    assert (tmp_path / GOLDEN[LONG_ACCENTED]["lock"]).exists()
+    assert sorted(os.listdir(tmp_path)) == sorted([LONG_ACCENTED, GOLDEN[LONG_ACCENTED]["lock"]])
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_a_store_writes_merges_and_locks_a_file_with_a_long_name(tmp_path: Path, size: int) -> None:
     path = named(tmp_path, size)
