@@ -452,6 +452,59 @@ def test_directory_fsync_makes_earlier_directory_operations_durable() -> None:
     assert [sorted(s.entries) for s in final] == [["b"]]
 
 
+def final_names(initial: FsState, ops: list[Op]) -> set[tuple[str, ...]]:
+    """The names in each state a power loss after the whole trace may leave."""
+    return {tuple(sorted(s.entries)) for k, s in _crashsim.crash_states(initial, ops) if k == len(ops)}
+
+
+TWO_DIRECTORIES = FsState({"a": ("dir", 0), "b": ("dir", 0)}, {})
+
+
+def test_a_directory_fsync_makes_only_that_directory_durable() -> None:
+    """A trainer that syncs status/ but never models/ must not pass: b's fsync says nothing of a."""
+    ops = [
+        Op("create", rel="b/x", directory="b", inode=7, mode=0o600),
+        Op("create", rel="a/y", directory="a", inode=8, mode=0o600),
+        Op("dirsync", rel="b"),
+    ]
+    assert final_names(TWO_DIRECTORIES, ops) == {("a", "b", "b/x"), ("a", "a/y", "b", "b/x")}
+    # Either directory's fsync covers only its own entries, whatever the order of the operations.
+    ops[2] = Op("dirsync", rel="a")
+    assert final_names(TWO_DIRECTORIES, ops) == {("a", "a/y", "b"), ("a", "a/y", "b", "b/x")}
+
+
+def test_a_rename_between_directories_is_in_both_or_in_neither() -> None:
+    ops = [
+        Op("create", rel="a/y", directory="a", inode=8, mode=0o600),
+        Op("rename", rel="a/y", dest="b/y", directory="b"),
+        Op("dirsync", rel="b"),
+    ]
+    # b's fsync makes the rename durable, and with it the create it moved: never two names, never none.
+    assert final_names(TWO_DIRECTORIES, ops) == {("a", "b", "b/y")}
+
+
+def test_a_directory_is_followed_through_its_rename() -> None:
+    """Made as tmp/, filled, renamed to final/ and synced there: the fsync covers what tmp/ got."""
+    ops = [
+        Op("mkdir", rel="tmp", directory=""),
+        Op("create", rel="tmp/x", directory="tmp", inode=7, mode=0o600),
+        Op("rename", rel="tmp", dest="final", directory=""),
+        Op("dirsync", rel="final"),
+        Op("dirsync", rel=""),
+    ]
+    assert final_names(FsState({}, {}), ops) == {("final", "final/x")}
+
+
+def test_what_a_directory_holds_is_lost_with_its_entry() -> None:
+    """A new folder synced, its parent not: its files may be durable and unreachable, never orphaned."""
+    ops = [
+        Op("mkdir", rel="d", directory=""),
+        Op("create", rel="d/x", directory="d", inode=7, mode=0o600),
+        Op("dirsync", rel="d"),
+    ]
+    assert final_names(FsState({}, {}), ops) == {(), ("d", "d/x")}
+
+
 def test_a_synced_write_is_never_torn_and_a_chmod_needs_fsync() -> None:
     ops = [
         Op("create", rel="a", directory="", inode=7, mode=0o600),

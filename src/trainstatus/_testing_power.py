@@ -29,10 +29,14 @@ The crash model
 A power loss after the first *k* operations of a trace, for every *k* from 0 (nothing done) to
 the end (the run returned), may leave any state these rules allow:
 
-1. Directory operations persist in program order: the disk holds a prefix of them. An ``fsync``
-   of a directory makes every earlier operation on that directory durable, so the prefix reaches
-   at least the last of them. (What a journaling file system such as ext4 gives for metadata;
-   POSIX promises less.)
+1. Each directory's operations persist in program order: the disk holds a prefix of them, for
+   each directory independently of the others. An ``fsync`` of a directory makes the earlier
+   operations on that directory durable, and those of no other directory: a new ``models/``
+   folder's files may be lost although ``run_logs/`` was synced after them, and a folder's files
+   are lost with its own entry (until its parent is synced). A rename or link between two
+   directories belongs to both: it persists in both or in neither. A directory is followed
+   through its renames. (POSIX promises no more; ext4's journal often gives more, but a test
+   should not rely on it.)
 2. File data and permission bits do not follow the directory. A write, truncate or chmod of a
    file is durable once an ``fsync`` of that file followed it; each one that was not followed by
    one may be missing, independently of the others (so they may also appear reordered), and a
@@ -539,21 +543,86 @@ def _file_outcomes(base: tuple[bytes, int], durable: list[Op], volatile: list[Op
     return sorted(results)
 
 
+def _directories_of(initial: FsState, ops: list[Op]) -> list[tuple[int, ...]]:
+    """For each operation, the directories (by identity) whose entries it changes or, for a
+    ``dirsync``, the one it syncs; () for file operations.
+
+    A directory is followed through renames, so an fsync of ``final`` covers what was done in it
+    while it was still called ``tmp``. A rename or a link belongs to both directories it touches.
+    """
+    fresh = itertools.count()
+    ids = {rel: next(fresh) for rel, (kind, _) in [("", ("dir", 0)), *initial.entries.items()] if kind == "dir"}
+
+    def of(rel: str) -> int:
+        if rel not in ids:  # a directory neither there before nor made by the trace: its own
+            ids[rel] = next(fresh)
+        return ids[rel]
+
+    result: list[tuple[int, ...]] = []
+    for op in ops:
+        if op.kind == "dirsync":
+            result.append((of(op.rel),))
+        elif op.kind in ("rename", "link"):
+            result.append(tuple(sorted({of(_parent(op.rel)), of(_parent(op.dest))})))
+            if op.kind == "rename" and op.rel in ids:  # a directory: its tree keeps its identities
+                for rel in [r for r in ids if r == op.dest or r.startswith(op.dest + os.sep)]:
+                    del ids[rel]
+                for rel in [r for r in ids if r == op.rel or r.startswith(op.rel + os.sep)]:
+                    ids[op.dest + rel[len(op.rel):]] = ids.pop(rel)
+        elif op.kind in DIRECTORY_OPS:
+            result.append((of(_parent(op.rel)),))
+            if op.kind == "mkdir":
+                ids[op.rel] = next(fresh)
+        else:
+            result.append(())
+    return result
+
+
+def _durable_directory_ops(prefix: list[Op], directories: list[tuple[int, ...]]) -> Iterator[list[int]]:
+    """Every set of the prefix's directory operations a power loss may leave (rule 1), in order.
+
+    Each directory keeps a prefix of its own operations (at least up to its last ``dirsync``);
+    an operation that belongs to two directories (a rename) is in both prefixes or in neither.
+    """
+    chains: dict[int, list[int]] = {}
+    for i, op in enumerate(prefix):
+        if op.kind in DIRECTORY_OPS:
+            for d in directories[i]:
+                chains.setdefault(d, []).append(i)
+    lower = dict.fromkeys(chains, 0)
+    for j, op in enumerate(prefix):
+        if op.kind == "dirsync" and directories[j][0] in chains:
+            chain = chains[directories[j][0]]
+            lower[directories[j][0]] = max(lower[directories[j][0]], sum(1 for i in chain if i < j))
+    order = sorted(chains)
+    for lengths in itertools.product(*(range(lower[d], len(chains[d]) + 1) for d in order)):
+        kept: dict[int, int] = {}  # operation -> how many of its directories keep it
+        for d, length in zip(order, lengths):
+            for i in chains[d][:length]:
+                kept[i] = kept.get(i, 0) + 1
+        if all(count == len(directories[i]) for i, count in kept.items()):
+            yield sorted(kept)
+
+
+def _unreachable(entries: dict[str, tuple[str, Any]]) -> list[str]:
+    """Names whose directory is not there (made in a directory whose own entry was lost)."""
+    def reachable(rel: str) -> bool:
+        parent = _parent(rel)
+        return parent == "" or (entries.get(parent, ("",))[0] == "dir" and reachable(parent))
+    return [rel for rel in entries if not reachable(rel)]
+
+
 def crash_states(initial: FsState, ops: list[Op], block: int = BLOCK) -> Iterator[tuple[int, FsState]]:
     """Every (k, state) the model allows for a power loss after the first k operations."""
+    directories = _directories_of(initial, ops)
     for k in range(len(ops) + 1):
         prefix = ops[:k]
-        directory_ops = [i for i, op in enumerate(prefix) if op.kind in DIRECTORY_OPS]
-        lower = 0
-        for j, op in enumerate(prefix):
-            if op.kind == "dirsync":
-                for position, i in enumerate(directory_ops):
-                    if i < j and prefix[i].directory == op.rel:
-                        lower = max(lower, position + 1)
-        for m in range(lower, len(directory_ops) + 1):
+        for durable_ops in _durable_directory_ops(prefix, directories):
             names = FsState(dict(initial.entries), dict(initial.files))
-            for i in directory_ops[:m]:
+            for i in durable_ops:
                 apply_directory_op(names, prefix[i])
+            for rel in _unreachable(names.entries):
+                del names.entries[rel]
             reachable = sorted({ref for kind, ref in names.entries.values() if kind == "file"})
             choices = []
             for inode in reachable:
