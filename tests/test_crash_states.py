@@ -12,6 +12,7 @@ rename, no directory fsync, writing in place, permission bits set after the rena
 from __future__ import annotations
 
 import errno
+import io
 import os
 import secrets
 import stat
@@ -389,14 +390,14 @@ def test_checker_catches_a_history_copy_without_fsync(tmp_path: Path, reliabilit
 
 
 def test_recording_that_misses_a_change_fails_loudly(tmp_path: Path) -> None:
-    """A change made behind the recorder's back (a builtin open) breaks the replay self-check."""
+    """A change made behind the recorder's back (C code's own open) fails the recording."""
 
     def sneaky(root: Path) -> Callable[[], None]:
         store = StatusStore(root / NAME)
 
         def call() -> None:
             store.set("a", "k", 1)
-            with open(root / "unseen.json", "wb") as f:  # io.open: not an os.open the recorder sees
+            with io.FileIO(root / "unseen.json", "w") as f:  # C code's own open: not one the recorder sees
                 f.write(b"{}")
 
         return call

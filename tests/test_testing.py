@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -294,11 +297,79 @@ def test_power_losses_hand_every_state_to_the_check(folder: Path) -> None:
 def test_power_losses_refuse_a_run_they_cannot_explain(folder: Path) -> None:
     def run() -> None:
         StatusStore(folder / NAME).set("a", "n", 1)
-        with open(folder / "unseen.bin", "wb") as f:  # a builtin open: not an os call
-            f.write(b"x")
+        os.symlink(NAME, folder / "unseen.lnk")  # an os call the model does not record
 
-    with pytest.raises(IncompleteRecording, match="unseen.bin"):
+    with pytest.raises(IncompleteRecording, match=r"the recorded operations do not explain the directory after the "
+                                                  r"call; differing names: \['unseen.lnk'\]"):
         power_losses(run, lambda loss: None, root=folder)
+
+
+def test_power_losses_refuse_a_write_made_behind_the_builtin_open(tmp_path: Path) -> None:
+    """C code writing to a file name itself (torch.save(obj, "name")): seen by its audit event."""
+    def run() -> None:
+        with io.FileIO(tmp_path / "model.pt", "w") as f:  # the C file object, not the builtin open
+            f.write(b"weights")
+        os.unlink(tmp_path / "model.pt")  # even gone again by the end, it was missed
+
+    with pytest.raises(IncompleteRecording, match=re.escape(
+            f"model.pt in {tmp_path} was opened for writing by code the recorder does not see (a C extension "
+            "writing to a file name itself, as torch.save(obj, 'name') does, or a module that kept the builtin "
+            "open from before the recording), so the power-loss states would miss those writes. Give such code a "
+            "file object (torch.save(obj, f) with f = open(name, 'wb')), or write outside the folder.")):
+        power_losses(run, lambda loss: None, root=tmp_path)
+
+
+def synced_after(recording: Any, name: str) -> int:
+    """The number of operations done once the file made as ``name`` was first fsynced."""
+    inode = next(op.inode for op in recording.ops if op.kind == "create" and op.rel == name)
+    return next(i + 1 for i, op in enumerate(recording.ops) if op.kind == "fsync" and op.inode == inode)
+
+
+def test_power_losses_see_what_pickle_and_numpy_write_through_the_builtin_open(folder: Path) -> None:
+    """How torch.save(obj, f), pickle.dump and np.save write: in the model, durable only once fsynced."""
+    numpy = pytest.importorskip("numpy")
+    folder.mkdir(parents=True)
+    weights = {"layer": list(range(400))}  # about 1.2 KB: writes that can be torn
+    array = numpy.arange(300, dtype=numpy.int64)
+
+    def fsync(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def run() -> None:
+        with open(folder / "model.pkl", "wb") as f:
+            pickle.dump(weights, f)
+            f.flush()
+            os.fsync(f.fileno())
+        numpy.save(folder / "model.npy", array)
+        fsync(folder / "model.npy")
+        fsync(folder)
+
+    def loads(path: str, load: Any, expected: Any) -> bool:
+        try:
+            with open(path, "rb") as f:
+                return bool(numpy.array_equal(load(f), expected)) if load is numpy.load else load(f) == expected
+        except Exception:  # noqa: BLE001 - torn, empty or zeros: any way of not loading
+            return False
+
+    seen: list[tuple[int, str, bool, bool]] = []  # (operations done, name, present, loads)
+
+    def check(loss: PowerLoss) -> None:
+        for name, load, expected in (("model.pkl", pickle.load, weights), ("model.npy", numpy.load, array)):
+            path = os.path.join(loss.folder, name)
+            seen.append((loss.done, name, os.path.exists(path), os.path.exists(path) and loads(path, load, expected)))
+
+    recording = power_losses(run, check, root=folder)
+    for name in ("model.pkl", "model.npy"):
+        synced = synced_after(recording, name)
+        assert any(op.kind == "write" for op in recording.ops[:synced]), recording.operations
+        # Before its fsync the file may be there but torn or empty; after it, whole wherever it is.
+        assert any(done < synced and present and not whole for done, n, present, whole in seen if n == name)
+        assert all(whole for done, n, present, whole in seen if n == name and done >= synced and present)
+        assert all(whole for done, n, present, whole in seen if n == name and done == len(recording.ops))
 
 
 def test_power_losses_record_the_background_pruning(tmp_path: Path) -> None:

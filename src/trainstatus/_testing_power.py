@@ -19,10 +19,12 @@ operations that decide what a power loss can leave:
     dirsync  os.fsync of a directory
 
 It works on os-level calls, not on trainstatus' step functions, so it keeps working when the
-write protocol is reorganized. And it checks itself: replaying the whole trace over the snapshot
+write protocol is reorganized. The builtin ``open`` inside the root is made of those calls while
+recording (``_testing_open``). And it checks itself: replaying the whole trace over the snapshot
 taken before the run must give exactly what is on disk after it (names, bytes, permission bits,
-hard links). A change made some other way (a builtin ``open``, an os function not listed here)
-fails that check loudly (``IncompleteRecording``) instead of going unseen.
+hard links), and no ``open`` for writing inside the root may have bypassed it (its audit event).
+A change made some other way (C code's own writes, an os function not listed here) fails that
+check loudly (``IncompleteRecording``) instead of going unseen.
 
 The crash model
 ---------------
@@ -53,7 +55,10 @@ A file created by the trace starts with no bytes and the permission bits it was 
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import dataclasses
+import io
 import itertools
 import os
 import re
@@ -67,6 +72,7 @@ from typing import Any
 from . import _storage
 from ._testing_fs import FsState, is_lock_name, materialize, snapshot
 from ._testing_kill import TrainingStatusTestError
+from ._testing_open import open_through, watch_opens
 
 __all__ = [
     "BLOCK",
@@ -123,6 +129,9 @@ class Hook:
     def after(self, call: Call, result: Any) -> None:
         pass
 
+    def unseen(self, path: str) -> None:
+        """``path`` was opened for writing by something the interposer does not see."""
+
 
 class Interposer:
     """Route the os calls that touch ``root`` through ``hook`` while active (a context manager).
@@ -133,10 +142,14 @@ class Interposer:
     in. The hook's own os calls pass straight through. ``real`` holds the original functions.
 
     The functions are replaced on the ``os`` this module sees, which is the one every trainstatus
-    module sees: the real module, or under pyfakefs its fake one.
+    module sees: the real module, or under pyfakefs its fake one. With ``builtin_open``, the
+    builtin ``open`` (and ``io.open``) of a file inside the root gives a file object made of those
+    os calls (``_testing_open``), and an ``open`` for writing that still bypasses them (C code)
+    is told to ``hook.unseen``.
     """
 
-    def __init__(self, root: str | os.PathLike[str], hook: Hook, *, all_threads: bool = False) -> None:
+    def __init__(self, root: str | os.PathLike[str], hook: Hook, *, all_threads: bool = False,
+                 builtin_open: bool = False) -> None:
         self.os: Any = os
         self.all_threads = all_threads
         self._thread = threading.get_ident()
@@ -148,6 +161,9 @@ class Interposer:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._saved: dict[str, Any] = {}
+        self.builtin_open = builtin_open
+        self._opens: list[tuple[Any, str, Any]] = []  # (module, name, saved) of the open replaced
+        self._watch = contextlib.ExitStack()
 
     def __enter__(self) -> Interposer:
         self._thread = threading.get_ident()
@@ -155,15 +171,58 @@ class Interposer:
         for name, real in self.real.items():
             self._saved[name] = own.get(name, _MISSING)
             setattr(self.os, name, self._wrap(name, real))
+        if self.builtin_open:
+            # The builtin open (pyfakefs' under pyfakefs) and the io module this module sees.
+            for module in (builtins, io):
+                saved = vars(module).get("open", _MISSING)
+                self._opens.append((module, "open", saved))
+                setattr(module, "open", self._wrap_open(module.open))
+            self._watch.enter_context(watch_opens(self._audited))
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._watch.close()
         for name, saved in self._saved.items():
             if saved is _MISSING:
                 delattr(self.os, name)  # a method of pyfakefs' fake module class: shown again
             else:
                 setattr(self.os, name, saved)
         self._saved.clear()
+        for module, name, saved in reversed(self._opens):
+            if saved is _MISSING:
+                delattr(module, name)
+            else:
+                setattr(module, name, saved)
+        self._opens.clear()
+
+    def _shown(self) -> bool:
+        """Whether an open of this thread, now, is one to show: not the hook's own, not made by an
+        interposed call (its audit event), from a thread watched."""
+        local = self._local
+        return not (getattr(local, "busy", False) or getattr(local, "calling", False)) and (
+            self.all_threads or threading.get_ident() == self._thread)
+
+    def _wrap_open(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def open(file: Any, mode: str = "r", buffering: int = -1, encoding: str | None = None,  # noqa: A001
+                 errors: str | None = None, newline: str | None = None, closefd: bool = True,
+                 opener: Callable[[str, int], int] | None = None) -> Any:
+            if not self._shown() or self.inside(file) is None:
+                return real(file, mode, buffering, encoding, errors, newline, closefd, opener)
+            return open_through(self.os, real, file, mode, buffering, encoding, errors, newline, closefd, opener)
+
+        return open
+
+    def _audited(self, path: Any, flags: int) -> None:
+        if not self._shown():
+            return
+        inside = self.inside(path)
+        if inside is not None:
+            local = self._local
+            local.busy = True
+            try:
+                self.hook.unseen(inside)
+            finally:
+                local.busy = False
 
     def inside(self, path: Any) -> str | None:
         """The absolute path if ``path`` (a path or a descriptor) is inside the root."""
@@ -211,9 +270,11 @@ class Interposer:
                     self.hook.before(call)
                 finally:
                     local.busy = False
+                local.calling = True  # its own audit event is no unseen open
                 try:
                     result = real(*args, **kwargs)
                 finally:
+                    local.calling = False
                     if name == "close" and args:
                         self.fds.pop(args[0], None)
                 if name == "open":
@@ -331,7 +392,8 @@ class Recorder(Hook):
         self.ops: list[Op] = []
         self.modes: list[dict[str, int]] = []
         self.watch = watch
-        self.interposer = Interposer(self.root, self, all_threads=True)
+        self.interposer = Interposer(self.root, self, all_threads=True, builtin_open=True)
+        self.unseen_names: list[str] = []  # opened for writing by code the interposer does not see
         self._fd: dict[int, tuple[str, Any]] = {}  # fd -> ("file", inode) | ("dir", rel) | ("ignored", None)
         self._offset: dict[int, int] = {}
         self._existed: bool = False
@@ -375,6 +437,11 @@ class Recorder(Hook):
             self.modes.append(sampled)
 
     # the hook
+
+    def unseen(self, path: str) -> None:
+        rel = self._rel(path)
+        if not is_lock_name(rel) and rel not in self.unseen_names:
+            self.unseen_names.append(rel)
 
     def before(self, call: Call) -> None:
         if call.name == "open":
@@ -469,7 +536,15 @@ class IncompleteRecording(TrainingStatusTestError):
 
 
 def verify_recording(recorder: Recorder, root: str | os.PathLike[str]) -> None:
-    """Replaying the trace must give exactly the real directory."""
+    """Replaying the trace must give exactly the real directory, and nothing may have been
+    written unseen (even a file removed again)."""
+    if recorder.unseen_names:
+        raise IncompleteRecording(
+            f"{', '.join(recorder.unseen_names)} in {os.fspath(root)} {'was' if len(recorder.unseen_names) == 1 else 'were'} "
+            "opened for writing by code the recorder does not see (a C extension writing to a file "
+            "name itself, as torch.save(obj, 'name') does, or a module that kept the builtin open from "
+            "before the recording), so the power-loss states would miss those writes. Give such code "
+            "a file object (torch.save(obj, f) with f = open(name, 'wb')), or write outside the folder.")
     real = snapshot(root)
     if recorder.live.key() != real.key():
         recorded = {row[0]: row[1:] for row in recorder.live.key()}
@@ -717,9 +792,12 @@ def power_losses(run: Callable[[], object], check: Callable[[PowerLoss], object]
     would, and assert what it recovers. States equal on disk are checked once (one more time for
     the state after the run returned). Returns the ``Recording``, with the number of states.
 
-    Raises ``IncompleteRecording`` if the run changed the folder in a way the recorder did not see
-    (a builtin ``open`` of the trainer's own, say): the states would be missing those changes. Make
-    such files outside ``root``, or with ``os`` calls.
+    The builtin ``open`` is recorded too (files inside ``root`` get file objects made of ``os``
+    calls while recording), so checkpoints written with ``pickle.dump``, ``np.save`` or
+    ``torch.save(obj, f)`` are in the model. Raises ``IncompleteRecording`` if the run changed the
+    folder in a way the recorder did not see (C code writing to a file name on its own, as
+    ``torch.save(obj, "name")`` does): the states would be missing those changes. Give such code a
+    file object, or make those files outside ``root``.
     """
     recording, _ = record(run, root)
     base = tempfile.mkdtemp(prefix="trainstatus-power-", dir=None if scratch is None else os.fspath(scratch))

@@ -9,7 +9,8 @@ optional, and this module imports neither):
   ``BaseException``) out of your trainer; the block catches it. Then start the trainer again and
   check its resume. ``crash_points(writes)`` lists every (write, point) for
   ``pytest.mark.parametrize``; ``every_crash(run, check, root=...)`` runs them all.
-- ``power_losses(run, check, root=...)``: records every os operation ``run()`` makes in ``root``
+- ``power_losses(run, check, root=...)``: records every os operation ``run()`` makes in ``root`` (its
+  builtin ``open`` included: ``pickle.dump``, ``np.save``, ``torch.save(obj, f)``)
   and hands ``check`` each state a power loss after any of them could leave, laid out in a
   folder (the model is described under "Power loss" in docs/testing.md, the manual's page on
   testing your trainer's crash recovery).
