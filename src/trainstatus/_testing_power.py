@@ -394,6 +394,7 @@ class Recorder(Hook):
         self.watch = watch
         self.interposer = Interposer(self.root, self, all_threads=True, builtin_open=True)
         self.unseen_names: list[str] = []  # opened for writing by code the interposer does not see
+        self.unexplained: list[str] = []  # removed, renamed or linked, never seen made
         self._fd: dict[int, tuple[str, Any]] = {}  # fd -> ("file", inode) | ("dir", rel) | ("ignored", None)
         self._offset: dict[int, int] = {}
         self._existed: bool = False
@@ -437,6 +438,11 @@ class Recorder(Hook):
             self.modes.append(sampled)
 
     # the hook
+
+    def _known(self, rel: str) -> None:
+        """A name the run removes or moves: one the recording must have seen made (or had before)."""
+        if rel not in self.live.entries and rel not in self.unexplained:
+            self.unexplained.append(rel)
 
     def unseen(self, path: str) -> None:
         rel = self._rel(path)
@@ -494,13 +500,12 @@ class Recorder(Hook):
             inode = self._inode_of(rels[0])
             if inode is not None:
                 self._emit(Op("chmod", inode=inode, mode=stat.S_IMODE(args[1])))
-        elif name in ("replace", "rename"):
+        elif name in ("replace", "rename", "link"):
             source, dest = (self._rel(os.path.abspath(os.fsdecode(os.fspath(a)))) for a in args[:2])
-            self._emit(Op("rename", rel=source, dest=dest, directory=_parent(dest)))
-        elif name == "link":
-            source, dest = (self._rel(os.path.abspath(os.fsdecode(os.fspath(a)))) for a in args[:2])
-            self._emit(Op("link", rel=source, dest=dest, directory=_parent(dest)))
+            self._known(source)
+            self._emit(Op("link" if name == "link" else "rename", rel=source, dest=dest, directory=_parent(dest)))
         elif name in ("unlink", "remove"):
+            self._known(rels[0])
             self._emit(Op("unlink", rel=rels[0], directory=_parent(rels[0])))
         elif name == "mkdir":
             self._emit(Op("mkdir", rel=rels[0], directory=_parent(rels[0])))
@@ -545,6 +550,13 @@ def verify_recording(recorder: Recorder, root: str | os.PathLike[str]) -> None:
             "name itself, as torch.save(obj, 'name') does, or a module that kept the builtin open from "
             "before the recording), so the power-loss states would miss those writes. Give such code "
             "a file object (torch.save(obj, f) with f = open(name, 'wb')), or write outside the folder.")
+    if recorder.unexplained:
+        raise IncompleteRecording(
+            f"{', '.join(recorder.unexplained)} in {os.fspath(root)} {'was' if len(recorder.unexplained) == 1 else 'were'} "
+            "removed, renamed or linked by the run but never seen made: something the recorder does not "
+            "see made it (C code writing on its own, os.symlink, pathlib under pyfakefs), so the "
+            "power-loss states would miss it while it existed. Make it with open() or os calls, or "
+            f"outside the folder; trace: {[str(op) for op in recorder.ops]}")
     real = snapshot(root)
     if recorder.live.key() != real.key():
         recorded = {row[0]: row[1:] for row in recorder.live.key()}
