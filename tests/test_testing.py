@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 import trainstatus.testing as testing
-from trainstatus import CheckpointList, StatusStore, TrainingStatusError
+from trainstatus import CheckpointList, StatusStore, TrainingStatusError, TrainingStatusWarning
 from trainstatus.testing import (
     POINTS,
     CrashPoint,
@@ -292,6 +293,72 @@ def test_power_losses_hand_every_state_to_the_check(folder: Path) -> None:
     kinds = [op.kind for op in recording.ops]
     assert kinds.count("rename") == 2 and "dirsync" in kinds and recording.operations[0].startswith("create(")
     assert all(not os.path.exists(loss.folder) for loss in losses)  # removed after each check
+
+
+def test_each_power_loss_says_which_status_writes_were_acknowledged(folder: Path) -> None:
+    values: dict[int, set[Any]] = {}  # writes acknowledged -> values recovered
+    told: dict[tuple[int, int], str] = {}  # (done, acknowledged) -> str(loss)
+
+    def run() -> None:
+        store = StatusStore(folder / NAME)
+        store.set("a", "n", 1)
+        store.set("a", "n", 2)
+
+    def check(loss: PowerLoss) -> None:
+        store = StatusStore(os.path.join(loss.folder, NAME), durable=False)
+        values.setdefault(loss.acknowledged, set()).add(store.get("a", "n"))
+        store.close()
+        told[loss.done, loss.acknowledged] = str(loss)
+
+    recording = power_losses(run, check, root=folder)
+    first, second = (done for _, done in recording.status_writes)
+    assert [name for name, _ in recording.status_writes] == [NAME, NAME]
+    # Each write returned once its directory fsync was done, the last operation of the run.
+    assert recording.operations[first - 1] == recording.operations[-1] == "dirsync(.)" and second == len(recording.ops)
+    assert values == {0: {None, 1}, 1: {1, 2}, 2: {2}}  # never less than what was acknowledged
+    total = len(recording.ops)
+    folder_of = {key: text.rsplit("laid out in ", 1)[1] for key, text in told.items()}
+    assert told[0, 0] == f"power loss after 0 of {total} operations; none of its 2 status writes acknowledged; " \
+                         f"laid out in {folder_of[0, 0]}"
+    assert told[first, 1] == (f"power loss after {first} of {total} operations; the last: dirsync(.); status write 1 "
+                              f"of 2 acknowledged (the last of {NAME}); laid out in {folder_of[first, 1]}")
+    assert told[total, 2] == (f"power loss after all {total} operations (the run had returned); status writes 1 to 2 "
+                              f"of 2 acknowledged (the last of {NAME}); laid out in {folder_of[total, 2]}")
+
+
+def test_a_state_is_checked_again_when_more_writes_were_acknowledged(tmp_path: Path) -> None:
+    """durable=False: the disk may still hold write 1 once write 2 returned. That state looks like
+    one checked before (write 1 acknowledged only), but asks more of the check now."""
+    found: set[tuple[int, Any]] = set()
+
+    def run() -> None:
+        store = StatusStore(tmp_path / NAME, durable=False)
+        store.set("a", "n", 1)
+        store.set("a", "n", 2)
+
+    def check(loss: PowerLoss) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TrainingStatusWarning)  # a torn file, kept aside
+            store = StatusStore(os.path.join(loss.folder, NAME), durable=False)
+        found.add((loss.acknowledged, store.get("a", "n")))
+        store.close()
+
+    power_losses(run, check, root=tmp_path)
+    assert (2, 1) in found and (2, None) in found  # the lost acknowledged writes a check must see
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+")
+def test_a_failing_check_says_which_state_it_failed_on(tmp_path: Path) -> None:
+    def run() -> None:
+        StatusStore(tmp_path / NAME).set("a", "n", 1)
+
+    def check(loss: PowerLoss) -> None:
+        assert loss.done < 3, "too far"
+
+    with pytest.raises(AssertionError, match="too far") as caught:
+        power_losses(run, check, root=tmp_path)
+    note, = caught.value.__notes__
+    assert note.startswith("power loss after 3 of ") and "; the last: " in note
 
 
 def test_power_losses_refuse_a_run_they_cannot_explain(folder: Path) -> None:
