@@ -27,6 +27,7 @@ from trainstatus.testing import (
     SimulatedKill,
     TrainingStatusKilledError,
     TrainingStatusTestError,
+    count_writes,
     crash_points,
     every_crash,
     kill_at,
@@ -36,7 +37,7 @@ from trainstatus.testing import (
 NAME = "status.json"
 EXPECTED_ALL = [
     "POINTS", "CrashPoint", "DirectoryState", "IncompleteRecording", "Kill", "Operation", "PowerLoss",
-    "Recording", "SimulatedKill", "TrainingStatusKilledError", "TrainingStatusTestError", "crash_points",
+    "Recording", "SimulatedKill", "TrainingStatusKilledError", "TrainingStatusTestError", "count_writes", "crash_points",
     "every_crash", "kill_at", "power_losses",
 ]
 
@@ -241,6 +242,81 @@ def test_history_pruning_on_the_background_thread(tmp_path: Path) -> None:
             store.set("a", "n", 3)
         assert versions() == expected, point
         assert StatusStore(tmp_path / NAME).get("a", "n") == 3
+
+
+def test_count_writes_counts_as_kill_at_does(folder: Path) -> None:
+    path = folder / NAME
+
+    def run() -> None:
+        store = StatusStore(path)
+        store.set("a", "n", 1)
+        with store.transaction():  # one write
+            store.set("a", "n", 2)
+            store.set("a", "m", 3)
+        store.set("a", "n", 4)
+        store.close()
+
+    assert count_writes(run) == 3
+    assert StatusStore(path).get("a", "n") == 4  # run for real, without a kill
+    assert crash_points(count_writes(run))[-1] == CrashPoint(3, "returned")
+
+
+PLUGIN_TESTS = """
+import pytest
+from trainstatus import StatusStore
+from trainstatus.testing import kill_at
+
+
+def scenario(folder):
+    store = StatusStore(folder / "status.json")
+    for n in range(3):
+        store.set("a", "n", n)
+
+
+@pytest.mark.trainstatus_crash_points(writes=3, points=("renamed",))
+def test_exact(tmp_path, crash_point):
+    with kill_at(*crash_point) as kill:
+        scenario(tmp_path)
+    assert kill.killed
+
+
+@pytest.mark.trainstatus_crash_points(writes=2, points=("renamed",))
+def test_too_few(tmp_path, crash_point):
+    with kill_at(*crash_point) as kill:
+        scenario(tmp_path)
+    assert kill.killed
+
+
+@pytest.mark.trainstatus_crash_points(writes=4, points=("renamed",))
+def test_too_many(tmp_path, crash_point):
+    with kill_at(*crash_point) as kill:
+        scenario(tmp_path)
+    assert kill.killed
+
+
+@pytest.mark.trainstatus_crash_points(writes=1, points=("renamed",))
+def test_without_the_block(tmp_path, crash_point):
+    assert crash_point
+"""
+
+
+def test_the_plugin_checks_the_number_of_writes_its_marker_gives(tmp_path: Path) -> None:
+    (tmp_path / "test_plugin_cases.py").write_text(PLUGIN_TESTS)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", "test_plugin_cases.py"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = result.stdout
+    failed = sorted(line.split(" ")[1].split("::", 1)[1] for line in out.splitlines() if line.startswith(("FAILED ", "ERROR ")))
+    assert failed == ["test_too_few[write-count]", "test_too_many[write-count]", "test_too_many[write4-renamed]",
+                      "test_without_the_block[write-count]"], out
+    assert "3 failed, 11 passed, 1 error" in out, out  # the write-count case of test_exact passes, ending with its block
+    assert ("TrainingStatusTestError: This test's scenario makes 3 status writes (its kill_at block, run once without a "
+            "kill), but @pytest.mark.trainstatus_crash_points(writes=2) says 2, so no kill at write 3 is tested. Set "
+            "writes=3.") in out
+    assert ("TrainingStatusTestError: This test's scenario makes 3 status writes (its kill_at block, run once without a "
+            "kill), but @pytest.mark.trainstatus_crash_points(writes=4) says 4, so the cases of write 4 fail with kills "
+            "that never happen. Set writes=3.") in out
+    assert ("TrainingStatusTestError: The write-count case of test_plugin_cases.py::test_without_the_block[write-count] "
+            "ran no kill_at block: pass the crash_point fixture on as kill_at(*crash_point), around the scenario.") in out
 
 
 def test_every_crash_runs_each_point_of_each_write_from_the_same_start(folder: Path) -> None:
