@@ -123,13 +123,12 @@ def open_through(os_module: Any, real_open: Callable[..., Any], file: Any, mode:
     binary = "b" in (mode if isinstance(mode, str) else "")
     if (flags is None or opener is not None or type(buffering) is not int
             or (binary and (encoding is not None or errors is not None or newline is not None or buffering == 1))
-            or (not binary and buffering == 0)):
+            or (not binary and buffering == 0) or (not closefd and not isinstance(file, int))):
         return real_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
     if isinstance(file, int):
         fd = file
     else:
         fd = os_module.open(file, flags, 0o666)
-        closefd = True
     try:
         if stat.S_ISDIR(os_module.fstat(fd).st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), file)
