@@ -515,6 +515,41 @@ def test_power_losses_see_what_pickle_and_numpy_write_through_the_builtin_open(f
         assert all(whole for done, n, present, whole in seen if n == name and done == len(recording.ops))
 
 
+def file_work(folder: Path) -> list[Any]:
+    """What a trainer does with files: every mode, text and binary; what it sees, and the bytes left."""
+    folder.mkdir(parents=True, exist_ok=True)
+    seen: list[Any] = []
+    with open(folder / "log.txt", "w", encoding="utf-8") as f:
+        f.write("step 1\nstep 2\n")
+        seen.append(f.tell())
+    with open(folder / "log.txt", "a", encoding="utf-8") as f:
+        f.write("step 3 \u00e9\n")
+    with open(folder / "log.txt", encoding="utf-8") as f:
+        seen += [f.readline(), list(f)]
+    with open(folder / "model.bin", "xb") as f:
+        f.write(b"0123456789" * 60)
+    with open(folder / "model.bin", "r+b") as f:
+        f.seek(5)
+        f.write(b"XY")
+        seen.append(f.read(3))
+        f.truncate(550)
+    with open(folder / "model.bin", "rb", buffering=0) as f:
+        seen += [f.read(8), f.readall()[-4:], f.readable(), f.writable(), f.seekable()]
+    with open(folder / "model.bin", "ab") as f:
+        seen += [f.readable(), f.writable(), f.tell()]
+    seen += [(folder / name).read_bytes() for name in ("log.txt", "model.bin")]
+    return seen
+
+
+def test_files_opened_while_recording_behave_as_the_real_open(tmp_path: Path) -> None:
+    real = file_work(tmp_path / "real")
+    recorded: list[Any] = []
+    recording = power_losses(lambda: recorded.append(file_work(tmp_path / "run")), lambda loss: None, root=tmp_path / "run")
+    assert recorded == [real]
+    assert sum(op.startswith("write(") for op in recording.operations) == 4, recording.operations
+    assert "truncate(#1001, 550)" in recording.operations
+
+
 def test_power_losses_see_a_file_removed_before_the_run_ends(folder: Path) -> None:
     """A scratch file written with the builtin open and deleted again: in the states while it lived."""
     folder.mkdir(parents=True)
