@@ -3,9 +3,10 @@
 ``@pytest.mark.trainstatus_crash_points(writes=6)`` (trainstatus' pytest plugin) makes one test
 per (write, point): three steps write twice each (the checkpoint record, the lesson). In each,
 ``kill_at`` stops that write at that point, leaving the fake disk as a SIGKILL would; the test
-then starts the trainer again, checks what it resumed, and that it trains on from there.
+then starts the trainer again, checks what it resumed, and that it trains on from there. One
+more case, ``write-count``, runs the scenario without a kill and checks that it makes 6 writes.
 
-Run: python -m pytest examples/test_trainer_crash_fakefs.py   (42 tests)
+Run: python -m pytest examples/test_trainer_crash_fakefs.py   (43 tests)
 """
 
 from __future__ import annotations

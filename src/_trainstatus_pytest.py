@@ -12,6 +12,10 @@ Use::
         with trainstatus.testing.kill_at(*crash_point):
             train()
         check_resume()
+
+One more case, ``write-count``, runs the ``kill_at`` block without a kill and fails unless the
+scenario makes exactly ``writes`` writes (a number too low would leave the later writes untested,
+silently); the test ends with the block there.
 """
 
 from __future__ import annotations
@@ -42,14 +46,72 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             "scenario makes.")
     from trainstatus.testing import crash_points
 
-    points = crash_points(*marker.args, **marker.kwargs)
-    metafunc.parametrize("crash_point", points, ids=[str(p) for p in points])
+    points: list[Any] = crash_points(*marker.args, **marker.kwargs)
+    # The last point again, for the write-count case (the point only makes kill_at's arguments valid).
+    count = _WriteCount(points[-1].write, points[-1])
+    metafunc.parametrize("crash_point", [*points, count], ids=[*(str(p) for p in points), WRITE_COUNT], indirect=True)
+
+
+WRITE_COUNT = "write-count"
+
+
+class _WriteCount:
+    def __init__(self, writes: int, point: Any) -> None:
+        self.writes = writes
+        self.point = point
+
+
+class _Counted(BaseException):
+    """The write-count case's block made the writes its marker says: the case passed."""
+
+
+def _finish(expected: int, made: int) -> None:
+    from trainstatus.testing import TrainingStatusTestError
+
+    if made == expected:
+        raise _Counted()
+    if made > expected:
+        untested = f"write {made}" if made == expected + 1 else f"writes {expected + 1} to {made}"
+        consequence = f"so no kill at {untested} is tested"
+    else:
+        missing = f"write {expected}" if expected == made + 1 else f"writes {made + 1} to {expected}"
+        consequence = f"so the cases of {missing} fail with kills that never happen"
+    raise TrainingStatusTestError(
+        f"This test's scenario makes {made} status write{'s' if made != 1 else ''} (its kill_at block, run once "
+        f"without a kill), but @pytest.mark.{MARKER}(writes={expected}) says {expected}, {consequence}. "
+        f"Set writes={made}.")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
+    try:
+        return (yield)
+    except _Counted:  # the write-count case ends with its kill_at block, passed
+        return True
 
 
 @pytest.fixture
 def crash_point(request: pytest.FixtureRequest) -> Any:
     """A ``trainstatus.testing.CrashPoint`` (write, point): pass it on as ``kill_at(*crash_point)``.
 
-    Parametrized by ``@pytest.mark.trainstatus_crash_points(writes=N)``.
+    Parametrized by ``@pytest.mark.trainstatus_crash_points(writes=N)``: one case per (write,
+    point), and the ``write-count`` case, whose ``kill_at`` block runs without a kill and checks
+    that the scenario makes exactly N writes.
     """
-    return request.param
+    if not isinstance(request.param, _WriteCount):
+        yield request.param
+        return
+    from trainstatus import _testing_kill
+    from trainstatus.testing import TrainingStatusTestError
+
+    expected = request.param.writes
+    count = _testing_kill.WriteCount(expected, lambda made: _finish(expected, made))
+    _testing_kill.write_count = count
+    try:
+        yield request.param.point
+    finally:
+        _testing_kill.write_count = None
+    if not count.used:
+        raise TrainingStatusTestError(
+            f"The {WRITE_COUNT} case of {request.node.nodeid} ran no kill_at block: pass the crash_point "
+            "fixture on as kill_at(*crash_point), around the scenario.")

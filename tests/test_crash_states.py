@@ -12,6 +12,7 @@ rename, no directory fsync, writing in place, permission bits set after the rena
 from __future__ import annotations
 
 import errno
+import io
 import os
 import secrets
 import stat
@@ -389,14 +390,14 @@ def test_checker_catches_a_history_copy_without_fsync(tmp_path: Path, reliabilit
 
 
 def test_recording_that_misses_a_change_fails_loudly(tmp_path: Path) -> None:
-    """A change made behind the recorder's back (a builtin open) breaks the replay self-check."""
+    """A change made behind the recorder's back (C code's own open) fails the recording."""
 
     def sneaky(root: Path) -> Callable[[], None]:
         store = StatusStore(root / NAME)
 
         def call() -> None:
             store.set("a", "k", 1)
-            with open(root / "unseen.json", "wb") as f:  # io.open: not an os.open the recorder sees
+            with io.FileIO(root / "unseen.json", "w") as f:  # C code's own open: not one the recorder sees
                 f.write(b"{}")
 
         return call
@@ -450,6 +451,59 @@ def test_directory_fsync_makes_earlier_directory_operations_durable() -> None:
     ]
     final = [state for k, state in _crashsim.crash_states(FsState({}, {}), ops) if k == 4]
     assert [sorted(s.entries) for s in final] == [["b"]]
+
+
+def final_names(initial: FsState, ops: list[Op]) -> set[tuple[str, ...]]:
+    """The names in each state a power loss after the whole trace may leave."""
+    return {tuple(sorted(s.entries)) for k, s in _crashsim.crash_states(initial, ops) if k == len(ops)}
+
+
+TWO_DIRECTORIES = FsState({"a": ("dir", 0), "b": ("dir", 0)}, {})
+
+
+def test_a_directory_fsync_makes_only_that_directory_durable() -> None:
+    """A trainer that syncs status/ but never models/ must not pass: b's fsync says nothing of a."""
+    ops = [
+        Op("create", rel="b/x", directory="b", inode=7, mode=0o600),
+        Op("create", rel="a/y", directory="a", inode=8, mode=0o600),
+        Op("dirsync", rel="b"),
+    ]
+    assert final_names(TWO_DIRECTORIES, ops) == {("a", "b", "b/x"), ("a", "a/y", "b", "b/x")}
+    # Either directory's fsync covers only its own entries, whatever the order of the operations.
+    ops[2] = Op("dirsync", rel="a")
+    assert final_names(TWO_DIRECTORIES, ops) == {("a", "a/y", "b"), ("a", "a/y", "b", "b/x")}
+
+
+def test_a_rename_between_directories_is_in_both_or_in_neither() -> None:
+    ops = [
+        Op("create", rel="a/y", directory="a", inode=8, mode=0o600),
+        Op("rename", rel="a/y", dest="b/y", directory="b"),
+        Op("dirsync", rel="b"),
+    ]
+    # b's fsync makes the rename durable, and with it the create it moved: never two names, never none.
+    assert final_names(TWO_DIRECTORIES, ops) == {("a", "b", "b/y")}
+
+
+def test_a_directory_is_followed_through_its_rename() -> None:
+    """Made as tmp/, filled, renamed to final/ and synced there: the fsync covers what tmp/ got."""
+    ops = [
+        Op("mkdir", rel="tmp", directory=""),
+        Op("create", rel="tmp/x", directory="tmp", inode=7, mode=0o600),
+        Op("rename", rel="tmp", dest="final", directory=""),
+        Op("dirsync", rel="final"),
+        Op("dirsync", rel=""),
+    ]
+    assert final_names(FsState({}, {}), ops) == {("final", "final/x")}
+
+
+def test_what_a_directory_holds_is_lost_with_its_entry() -> None:
+    """A new folder synced, its parent not: its files may be durable and unreachable, never orphaned."""
+    ops = [
+        Op("mkdir", rel="d", directory=""),
+        Op("create", rel="d/x", directory="d", inode=7, mode=0o600),
+        Op("dirsync", rel="d"),
+    ]
+    assert final_names(FsState({}, {}), ops) == {(), ("d", "d/x")}
 
 
 def test_a_synced_write_is_never_torn_and_a_chmod_needs_fsync() -> None:

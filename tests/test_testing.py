@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
+import re
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +17,14 @@ from typing import Any
 import pytest
 
 import trainstatus.testing as testing
-from trainstatus import CheckpointList, StatusStore, TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
+from trainstatus import (
+    CheckpointList,
+    StatusStore,
+    TrainingStatusError,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
+    TrainingStatusWarning,
+)
 from trainstatus.testing import (
     POINTS,
     CrashPoint,
@@ -23,6 +34,7 @@ from trainstatus.testing import (
     SimulatedKill,
     TrainingStatusKilledError,
     TrainingStatusTestError,
+    count_writes,
     crash_points,
     every_crash,
     kill_at,
@@ -32,7 +44,7 @@ from trainstatus.testing import (
 NAME = "status.json"
 EXPECTED_ALL = [
     "POINTS", "CrashPoint", "DirectoryState", "IncompleteRecording", "Kill", "Operation", "PowerLoss",
-    "Recording", "SimulatedKill", "TrainingStatusKilledError", "TrainingStatusTestError", "crash_points",
+    "Recording", "SimulatedKill", "TrainingStatusKilledError", "TrainingStatusTestError", "count_writes", "crash_points",
     "every_crash", "kill_at", "power_losses",
 ]
 
@@ -254,6 +266,81 @@ def test_history_pruning_on_the_background_thread(tmp_path: Path) -> None:
         assert StatusStore(tmp_path / NAME).get("a", "n") == 3
 
 
+def test_count_writes_counts_as_kill_at_does(folder: Path) -> None:
+    path = folder / NAME
+
+    def run() -> None:
+        store = StatusStore(path)
+        store.set("a", "n", 1)
+        with store.transaction():  # one write
+            store.set("a", "n", 2)
+            store.set("a", "m", 3)
+        store.set("a", "n", 4)
+        store.close()
+
+    assert count_writes(run) == 3
+    assert StatusStore(path).get("a", "n") == 4  # run for real, without a kill
+    assert crash_points(count_writes(run))[-1] == CrashPoint(3, "returned")
+
+
+PLUGIN_TESTS = """
+import pytest
+from trainstatus import StatusStore
+from trainstatus.testing import kill_at
+
+
+def scenario(folder):
+    store = StatusStore(folder / "status.json")
+    for n in range(3):
+        store.set("a", "n", n)
+
+
+@pytest.mark.trainstatus_crash_points(writes=3, points=("renamed",))
+def test_exact(tmp_path, crash_point):
+    with kill_at(*crash_point) as kill:
+        scenario(tmp_path)
+    assert kill.killed
+
+
+@pytest.mark.trainstatus_crash_points(writes=2, points=("renamed",))
+def test_too_few(tmp_path, crash_point):
+    with kill_at(*crash_point) as kill:
+        scenario(tmp_path)
+    assert kill.killed
+
+
+@pytest.mark.trainstatus_crash_points(writes=4, points=("renamed",))
+def test_too_many(tmp_path, crash_point):
+    with kill_at(*crash_point) as kill:
+        scenario(tmp_path)
+    assert kill.killed
+
+
+@pytest.mark.trainstatus_crash_points(writes=1, points=("renamed",))
+def test_without_the_block(tmp_path, crash_point):
+    assert crash_point
+"""
+
+
+def test_the_plugin_checks_the_number_of_writes_its_marker_gives(tmp_path: Path) -> None:
+    (tmp_path / "test_plugin_cases.py").write_text(PLUGIN_TESTS)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", "test_plugin_cases.py"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = result.stdout
+    failed = sorted(line.split(" ")[1].split("::", 1)[1] for line in out.splitlines() if line.startswith(("FAILED ", "ERROR ")))
+    assert failed == ["test_too_few[write-count]", "test_too_many[write-count]", "test_too_many[write4-renamed]",
+                      "test_without_the_block[write-count]"], out
+    assert "3 failed, 11 passed, 1 error" in out, out  # the write-count case of test_exact passes, ending with its block
+    assert ("TrainingStatusTestError: This test's scenario makes 3 status writes (its kill_at block, run once without a "
+            "kill), but @pytest.mark.trainstatus_crash_points(writes=2) says 2, so no kill at write 3 is tested. Set "
+            "writes=3.") in out
+    assert ("TrainingStatusTestError: This test's scenario makes 3 status writes (its kill_at block, run once without a "
+            "kill), but @pytest.mark.trainstatus_crash_points(writes=4) says 4, so the cases of write 4 fail with kills "
+            "that never happen. Set writes=3.") in out
+    assert ("TrainingStatusTestError: The write-count case of test_plugin_cases.py::test_without_the_block[write-count] "
+            "ran no kill_at block: pass the crash_point fixture on as kill_at(*crash_point), around the scenario.") in out
+
+
 def test_every_crash_runs_each_point_of_each_write_from_the_same_start(folder: Path) -> None:
     path = folder / NAME
     folder.mkdir(parents=True)
@@ -306,13 +393,225 @@ def test_power_losses_hand_every_state_to_the_check(folder: Path) -> None:
     assert all(not os.path.exists(loss.folder) for loss in losses)  # removed after each check
 
 
+def test_each_power_loss_says_which_status_writes_were_acknowledged(folder: Path) -> None:
+    values: dict[int, set[Any]] = {}  # writes acknowledged -> values recovered
+    told: dict[tuple[int, int], str] = {}  # (done, acknowledged) -> str(loss)
+
+    def run() -> None:
+        store = StatusStore(folder / NAME)
+        store.set("a", "n", 1)
+        store.set("a", "n", 2)
+
+    def check(loss: PowerLoss) -> None:
+        store = StatusStore(os.path.join(loss.folder, NAME), durable=False)
+        values.setdefault(loss.acknowledged, set()).add(store.get("a", "n"))
+        store.close()
+        told[loss.done, loss.acknowledged] = str(loss)
+
+    recording = power_losses(run, check, root=folder)
+    first, second = (done for _, done in recording.status_writes)
+    assert [name for name, _ in recording.status_writes] == [NAME, NAME]
+    # Each write returned once its directory fsync was done, the last operation of the run.
+    assert recording.operations[first - 1] == recording.operations[-1] == "dirsync(.)" and second == len(recording.ops)
+    assert values == {0: {None, 1}, 1: {1, 2}, 2: {2}}  # never less than what was acknowledged
+    total = len(recording.ops)
+    folder_of = {key: text.rsplit("laid out in ", 1)[1] for key, text in told.items()}
+    assert told[0, 0] == f"power loss after 0 of {total} operations; none of its 2 status writes acknowledged; " \
+                         f"laid out in {folder_of[0, 0]}"
+    assert told[first, 1] == (f"power loss after {first} of {total} operations; the last: dirsync(.); status write 1 "
+                              f"of 2 acknowledged (the last of {NAME}); laid out in {folder_of[first, 1]}")
+    assert told[total, 2] == (f"power loss after all {total} operations (the run had returned); status writes 1 to 2 "
+                              f"of 2 acknowledged (the last of {NAME}); laid out in {folder_of[total, 2]}")
+
+
+def test_a_state_is_checked_again_when_more_writes_were_acknowledged(tmp_path: Path) -> None:
+    """durable=False: the disk may still hold write 1 once write 2 returned. That state looks like
+    one checked before (write 1 acknowledged only), but asks more of the check now."""
+    found: set[tuple[int, Any]] = set()
+
+    def run() -> None:
+        store = StatusStore(tmp_path / NAME, durable=False)
+        store.set("a", "n", 1)
+        store.set("a", "n", 2)
+
+    def check(loss: PowerLoss) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TrainingStatusWarning)  # a torn file, kept aside
+            store = StatusStore(os.path.join(loss.folder, NAME), durable=False)
+        found.add((loss.acknowledged, store.get("a", "n")))
+        store.close()
+
+    power_losses(run, check, root=tmp_path)
+    assert (2, 1) in found and (2, None) in found  # the lost acknowledged writes a check must see
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+")
+def test_a_failing_check_says_which_state_it_failed_on(tmp_path: Path) -> None:
+    def run() -> None:
+        StatusStore(tmp_path / NAME).set("a", "n", 1)
+
+    def check(loss: PowerLoss) -> None:
+        assert loss.done < 3, "too far"
+
+    with pytest.raises(AssertionError, match="too far") as caught:
+        power_losses(run, check, root=tmp_path)
+    note, = caught.value.__notes__
+    assert note.startswith("power loss after 3 of ") and "; the last: " in note
+
+
 def test_power_losses_refuse_a_run_they_cannot_explain(folder: Path) -> None:
     def run() -> None:
         StatusStore(folder / NAME).set("a", "n", 1)
-        with open(folder / "unseen.bin", "wb") as f:  # a builtin open: not an os call
-            f.write(b"x")
+        os.symlink(NAME, folder / "unseen.lnk")  # an os call the model does not record
 
-    with pytest.raises(IncompleteRecording, match="unseen.bin"):
+    with pytest.raises(IncompleteRecording, match=r"the recorded operations do not explain the directory after the "
+                                                  r"call; differing names: \['unseen.lnk'\]"):
+        power_losses(run, lambda loss: None, root=folder)
+
+
+def test_power_losses_refuse_a_write_made_behind_the_builtin_open(tmp_path: Path) -> None:
+    """C code writing to a file name itself (torch.save(obj, "name")): seen by its audit event."""
+    def run() -> None:
+        with io.FileIO(tmp_path / "model.pt", "w") as f:  # the C file object, not the builtin open
+            f.write(b"weights")
+        os.unlink(tmp_path / "model.pt")  # even gone again by the end, it was missed
+
+    with pytest.raises(IncompleteRecording, match=re.escape(
+            f"model.pt in {tmp_path} was opened for writing by code the recorder does not see (a C extension "
+            "writing to a file name itself, as torch.save(obj, 'name') does, or a module that kept the builtin "
+            "open from before the recording), so the power-loss states would miss those writes. Give such code a "
+            "file object (torch.save(obj, f) with f = open(name, 'wb')), or write outside the folder.")):
+        power_losses(run, lambda loss: None, root=tmp_path)
+
+
+def synced_after(recording: Any, name: str) -> int:
+    """The number of operations done once the file made as ``name`` was first fsynced."""
+    inode = next(op.inode for op in recording.ops if op.kind == "create" and op.rel == name)
+    return next(i + 1 for i, op in enumerate(recording.ops) if op.kind == "fsync" and op.inode == inode)
+
+
+def test_power_losses_see_what_pickle_and_numpy_write_through_the_builtin_open(folder: Path) -> None:
+    """How torch.save(obj, f), pickle.dump and np.save write: in the model, durable only once fsynced."""
+    numpy = pytest.importorskip("numpy")
+    folder.mkdir(parents=True)
+    weights = {"layer": list(range(400))}  # about 1.2 KB: writes that can be torn
+    array = numpy.arange(300, dtype=numpy.int64)
+
+    def fsync(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def run() -> None:
+        with open(folder / "model.pkl", "wb") as f:
+            pickle.dump(weights, f)
+            f.flush()
+            os.fsync(f.fileno())
+        numpy.save(folder / "model.npy", array)
+        fsync(folder / "model.npy")
+        fsync(folder)
+
+    def loads(path: str, load: Any, expected: Any) -> bool:
+        try:
+            with open(path, "rb") as f:
+                return bool(numpy.array_equal(load(f), expected)) if load is numpy.load else load(f) == expected
+        except Exception:  # noqa: BLE001 - torn, empty or zeros: any way of not loading
+            return False
+
+    seen: list[tuple[int, str, bool, bool]] = []  # (operations done, name, present, loads)
+
+    def check(loss: PowerLoss) -> None:
+        for name, load, expected in (("model.pkl", pickle.load, weights), ("model.npy", numpy.load, array)):
+            path = os.path.join(loss.folder, name)
+            seen.append((loss.done, name, os.path.exists(path), os.path.exists(path) and loads(path, load, expected)))
+
+    recording = power_losses(run, check, root=folder)
+    for name in ("model.pkl", "model.npy"):
+        synced = synced_after(recording, name)
+        assert any(op.kind == "write" for op in recording.ops[:synced]), recording.operations
+        # Before its fsync the file may be there but torn or empty; after it, whole wherever it is.
+        assert any(done < synced and present and not whole for done, n, present, whole in seen if n == name)
+        assert all(whole for done, n, present, whole in seen if n == name and done >= synced and present)
+        assert all(whole for done, n, present, whole in seen if n == name and done == len(recording.ops))
+
+
+def file_work(folder: Path) -> list[Any]:
+    """What a trainer does with files: every mode, text and binary; what it sees, and the bytes left."""
+    folder.mkdir(parents=True, exist_ok=True)
+    seen: list[Any] = []
+    with open(folder / "log.txt", "w", encoding="utf-8") as f:
+        f.write("step 1\nstep 2\n")
+        seen.append(f.tell())
+    with open(folder / "log.txt", "a", encoding="utf-8") as f:
+        f.write("step 3 \u00e9\n")
+    with open(folder / "log.txt", encoding="utf-8") as f:
+        seen += [f.readline(), list(f)]
+    with open(folder / "model.bin", "xb") as f:
+        f.write(b"0123456789" * 60)
+    with open(folder / "model.bin", "r+b") as f:
+        f.seek(5)
+        f.write(b"XY")
+        seen.append(f.read(3))
+        f.truncate(550)
+    with open(folder / "model.bin", "rb", buffering=0) as f:
+        seen += [f.read(8), f.readall()[-4:], f.readable(), f.writable(), f.seekable()]
+    with open(folder / "model.bin", "ab") as f:
+        seen += [f.readable(), f.writable(), f.tell()]
+    seen += [(folder / name).read_bytes() for name in ("log.txt", "model.bin")]
+    return seen
+
+
+def test_files_opened_while_recording_behave_as_the_real_open(tmp_path: Path) -> None:
+    real = file_work(tmp_path / "real")
+    recorded: list[Any] = []
+    recording = power_losses(lambda: recorded.append(file_work(tmp_path / "run")), lambda loss: None, root=tmp_path / "run")
+    assert recorded == [real]
+    assert sum(op.startswith("write(") for op in recording.operations) == 4, recording.operations
+    assert "truncate(#1001, 550)" in recording.operations
+
+
+def test_power_losses_see_a_file_removed_before_the_run_ends(folder: Path) -> None:
+    """A scratch file written with the builtin open and deleted again: in the states while it lived."""
+    folder.mkdir(parents=True)
+
+    def run() -> None:
+        with open(folder / "scratch.bin", "wb") as f:
+            f.write(b"partial weights")
+            os.fsync(f.fileno())
+        os.remove(folder / "scratch.bin")
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    held: dict[bool, set[bytes | None]] = {True: set(), False: set()}
+
+    def check(loss: PowerLoss) -> None:
+        path = os.path.join(loss.folder, "scratch.bin")
+        held[loss.returned].add(Path(path).read_bytes() if os.path.exists(path) else None)
+
+    recording = power_losses(run, check, root=folder)
+    assert recording.operations[0].startswith("create(scratch.bin as #"), recording.operations
+    assert "unlink(scratch.bin)" in recording.operations
+    assert b"partial weights" in held[False]  # a power loss while it existed leaves it
+    assert held[True] == {None}  # removed, and the removal synced
+
+
+def test_power_losses_refuse_a_removed_file_they_never_saw_made(folder: Path) -> None:
+    folder.mkdir(parents=True)
+
+    def run() -> None:
+        os.symlink("elsewhere", folder / "made-unseen")  # no file the model records
+        os.unlink(folder / "made-unseen")  # gone by the end: the replay alone would not notice
+
+    with pytest.raises(IncompleteRecording, match=re.escape(
+            f"made-unseen in {folder} was removed, renamed or linked by the run but never seen made: something "
+            "the recorder does not see made it (C code writing on its own, os.symlink, pathlib under pyfakefs), "
+            "so the power-loss states would miss it while it existed. Make it with open() or os calls, or "
+            "outside the folder; trace: ['unlink(made-unseen)']")):
         power_losses(run, lambda loss: None, root=folder)
 
 

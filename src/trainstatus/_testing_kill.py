@@ -40,6 +40,7 @@ __all__ = [
     "SimulatedKill",
     "TrainingStatusKilledError",
     "TrainingStatusTestError",
+    "count_writes",
     "crash_points",
     "every_crash",
     "find_crash_points",
@@ -283,6 +284,20 @@ class _Session:
 _active: list[_Session] = []  # at most one: the observer slot is one
 
 
+class WriteCount:
+    """Set by the pytest plugin for a marked test's ``write-count`` case: its next ``kill_at``
+    block runs without a kill, and ``finish`` gets the number of writes the block made (it raises:
+    the test fails if that is not ``expected``, and ends there otherwise)."""
+
+    def __init__(self, expected: int, finish: Callable[[int], Any]) -> None:
+        self.expected = expected
+        self.finish = finish
+        self.used = False
+
+
+write_count: WriteCount | None = None
+
+
 @contextlib.contextmanager
 def _observing(session: _Session) -> Iterator[_Session]:
     if _active or _atomic.observer is not None:
@@ -329,6 +344,13 @@ def kill_at(write: int, point: str, *, root: str | os.PathLike[str] | None = Non
         raise TrainingStatusValueError(
             f"kill_at: write= must be the number of a write (an int >= 1; 1: the first), not {write!r}.")
     _check_points([point])
+    if write_count is not None and not write_count.used:
+        write_count.used = True
+        with _observing(_Session(Kill(0, "created"), None, False)) as counting:
+            yield Kill(write, point)
+        _storage._closer.wait()
+        write_count.finish(counting.count)
+        return
     kill = Kill(write, point)
     session = _Session(kill, _path(root), sigkill)
     failure: BaseException | None = None
@@ -383,6 +405,20 @@ def find_crash_points(run: Callable[[], object], points: tuple[str, ...] | list[
         passed = session.reached[write]
         found += [CrashPoint(write, p) for p in POINTS if p in points and p in passed]
     return found
+
+
+def count_writes(run: Callable[[], object]) -> int:
+    """Run ``run()`` once, with no kill, and return the number of status writes it made.
+
+    Counted as ``kill_at`` counts them (any ``StatusStore`` on a local file, in any thread; a
+    transaction or a ``CheckpointList.add`` is one write): the ``writes`` that
+    ``crash_points(writes)`` needs. Run it on a folder of its own, or put the folder back after.
+    """
+    session = _Session(Kill(0, "created"), None, False)
+    with _observing(session):
+        run()
+    _storage._closer.wait()
+    return session.count
 
 
 def every_crash(run: Callable[[], object], check: Callable[[Kill], object], *,

@@ -8,13 +8,16 @@ optional, and this module imports neither):
   SIGKILL there would (the temp file stays, no clean-up runs), raising ``SimulatedKill`` (a
   ``BaseException``) out of your trainer; the block catches it. Then start the trainer again and
   check its resume. ``crash_points(writes)`` lists every (write, point) for
-  ``pytest.mark.parametrize``; ``every_crash(run, check, root=...)`` runs them all.
-- ``power_losses(run, check, root=...)``: records every os operation ``run()`` makes in ``root``
+  ``pytest.mark.parametrize`` (``count_writes(run)`` counts the writes); ``every_crash(run,
+  check, root=...)`` runs them all.
+- ``power_losses(run, check, root=...)``: records every os operation ``run()`` makes in ``root`` (its
+  builtin ``open`` included: ``pickle.dump``, ``np.save``, ``torch.save(obj, f)``)
   and hands ``check`` each state a power loss after any of them could leave, laid out in a
   folder (the model is described under "Power loss" in docs/testing.md, the manual's page on
   testing your trainer's crash recovery).
 - A pytest plugin (installed with trainstatus, loaded lazily): the ``crash_point`` fixture,
-  parametrized by ``@pytest.mark.trainstatus_crash_points(writes=N)``.
+  parametrized by ``@pytest.mark.trainstatus_crash_points(writes=N)``, with a ``write-count``
+  case that fails unless the scenario makes exactly N writes.
 
 Everything works on a real folder (``tmp_path``) and under pyfakefs' ``fs`` fixture, where
 ``fcntl.flock`` is a no-op: locks then exclude nothing, which a single-process test does not
@@ -29,6 +32,7 @@ from ._testing_kill import (
     SimulatedKill,
     TrainingStatusKilledError,
     TrainingStatusTestError,
+    count_writes,
     crash_points,
     every_crash,
     kill_at,
@@ -47,6 +51,7 @@ __all__ = [
     "SimulatedKill",
     "TrainingStatusKilledError",
     "TrainingStatusTestError",
+    "count_writes",
     "crash_points",
     "every_crash",
     "kill_at",
