@@ -1061,3 +1061,42 @@ def test_describe_missing_names_ten_files_and_counts_the_rest(tmp_path: Path, mo
     assert "models/gone-9.onnx (and 2 more) (relative paths looked up in " in described
     assert "gone-10" not in described and "here" not in described
     assert describe_missing({"Walker": {"final_checkpoint": {"steps": 1, "file_path": "models/here.onnx"}}}) == ""
+
+
+@pytest.mark.parametrize("layout", ["beside", "nested", "status-elsewhere"])
+def test_a_checkpoint_in_a_new_folder_is_listed_only_with_its_folder_after_a_power_loss(
+        tmp_path: Path, layout: str) -> None:
+    # The status file exists first; then the trainer makes its models/ folder (and, nested, one
+    # more level) and records a checkpoint there. fsyncing the file and models/ is not enough:
+    # the entry "models" lives in the folder above, and until that is synced a power loss can
+    # lose models/ with everything in it while the list naming it survives.
+    from trainstatus.testing import PowerLoss, power_losses
+
+    run_dir = tmp_path / "run"
+    status = {"status-elsewhere": "status/deep/training_status.json"}.get(layout, "run_logs/training_status.json")
+    models = {"nested": "models/Walker"}.get(layout, "models")
+    (run_dir / os.path.dirname(status)).mkdir(parents=True)
+    store = StatusStore(run_dir / status)
+    store.set("Walker", "lesson", 1)
+    store.close()
+
+    def run() -> None:
+        with StatusStore(run_dir / status) as store:
+            os.makedirs(run_dir / models)
+            fd = os.open(run_dir / models / "Walker-100.onnx", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, b"x" * 5000)
+            os.close(fd)
+            CheckpointList(store, "Walker", keep=3, root=run_dir).add(100, f"{models}/Walker-100.onnx")
+
+    states = 0
+
+    def check(loss: PowerLoss) -> None:
+        nonlocal states
+        states += 1
+        with StatusStore(os.path.join(loss.folder, status), durable=False) as store:
+            assert missing_files(store.to_dict(), loss.folder) == [], str(loss)
+            if loss.acknowledged:
+                assert [e["steps"] for e in store.get("Walker", "checkpoints")] == [100]
+
+    power_losses(run, check, root=run_dir)
+    assert states > 3

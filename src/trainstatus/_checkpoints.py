@@ -9,7 +9,8 @@ files of the checkpoints it drops and only then sets the list; a kill in between
 that lists files that are gone. Here:
 
 1. check the arguments and that every file exists (nothing done yet if not);
-2. fsync each file and its directory, so the record never outlives the data after a power loss;
+2. fsync each file, its directory and the folders above that up to the one the status file is in,
+   so the record never outlives the data after a power loss;
 3. record the entry, trimmed to ``keep``, in one transaction (one durable write, merged with what
    other writers set meanwhile);
 4. only then remove the files of the dropped entries, skipping any file another entry still lists.
@@ -261,8 +262,10 @@ class CheckpointList:
         """Record a checkpoint whose files are written, then remove those beyond ``keep``.
 
         ``file_path`` (and each of ``auxillary_file_paths``) must be an existing file: write it
-        completely first. Unless ``synced=True`` (the caller fsynced them already), each file and
-        its directory are fsynced, so that after a power loss the list never names lost data. The
+        completely first. Unless ``synced=True`` (the caller fsynced them already), each file, its
+        directory and the folders above that up to the one shared with the status file are fsynced
+        (a ``models/`` folder made in this run is an entry of its parent), so that after a power
+        loss the list never names lost data. The
         entry is then appended in one write (a transaction: what other writers set meanwhile is
         kept) and the list trimmed to ``keep``, oldest first. Only after that write returned are
         the files of the dropped entries removed, main and auxiliary files, skipping any that an
@@ -470,13 +473,23 @@ class CheckpointList:
             )
 
     def _sync(self, key: str, entry: dict[str, Any], paths: list[str]) -> None:
-        """fsync each file, then each directory holding one (once each)."""
+        """fsync each file, then each directory holding one, then the folders above those up to
+        the one they share with the status file (once each)."""
         directories: dict[str, None] = {}
         for path in paths:
             directories[os.path.dirname(path)] = None
             real = os.path.realpath(path)
             if real != path:  # a symlink: its target's directory entry matters too
                 directories[os.path.dirname(real)] = None
+        # A folder made since the status file (models/ in a new run) is itself an entry of the
+        # folder above it, and so on up: until those are synced, a power loss can lose models/
+        # with the checkpoint in it while the list naming it survives. The status file's own
+        # folders are the store's to sync; above the folder both share there is nothing new.
+        status = self._store.path
+        status_dir = os.path.dirname(status) if "://" not in status else os.sep
+        for folder in list(directories):
+            for parent in _folders_above(folder, status_dir):
+                directories.setdefault(parent, None)
         given = [entry["file_path"], *entry["auxillary_file_paths"]]
         targets = [(path, False, name) for path, name in zip(paths, given)]
         targets += [(directory, True, directory) for directory in directories]
@@ -569,6 +582,24 @@ class CheckpointList:
             message,
             skipped=list(skipped), **self._context(key),
         ))
+
+
+def _folders_above(directory: str, status_dir: str) -> list[str]:
+    """The folders holding ``directory``'s entry and its parents' entries, up to and including
+    the one it shares with ``status_dir`` (nothing when ``directory`` is that folder)."""
+    try:
+        shared = os.path.commonpath([directory, status_dir])
+    except ValueError:  # not comparable (one relative): up to the root
+        shared = os.sep
+    above: list[str] = []
+    current = directory
+    while current != shared:
+        parent = os.path.dirname(current)
+        if parent == current:  # the filesystem's root
+            break
+        above.append(parent)
+        current = parent
+    return above
 
 
 def _in_transaction(store: StatusStore) -> bool:
