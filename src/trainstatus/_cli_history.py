@@ -186,17 +186,21 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     # default, whatever history= the trainers use.
     storage = LocalFile(os.path.join(directory, name), durable=True, lock=args.lock,
                         history=max(DEFAULT_HISTORY, len(versions)))
+    kept: _history.Version | None = None
     try:
         with storage.lock(args.lock_timeout, configured=args.lock_timeout):
-            storage.read()  # the version now in place, kept in the history by the write
+            replaced = storage.read()  # the version now in place, kept in the history by the write
             storage.replace(data)  # temp file, fsync, rename, directory fsync: a new version
             unkept = storage.take_warning()
+            if replaced is not None and unkept is None:
+                # Under the lock no other writer adds a version: the newest is the one this write
+                # kept. Listed after the lock is released, another writer's could be newer.
+                listed = _history.versions(directory, name)
+                kept = listed[-1] if listed else None
             if unkept is not None:
                 warnings.warn(unkept, stacklevel=1)
     finally:
         storage.close()
-    after = _history.versions(directory, name)
-    kept = next((v for v in reversed(after) if v.sequence not in {w.sequence for w in versions}), None)
     keys = sum(len(entries) for entries in document.categories.values())
     print(f"restored {args.path} to {label} ({_plural(keys, 'key')}, {_plural(len(data), 'byte')}); "
           "running trainers see it at their next write, like any other writer's change")
