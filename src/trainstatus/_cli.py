@@ -16,7 +16,7 @@ one line ``trainstatus: warning: ...`` on stderr, never a traceback. Exit status
 sound file for ``check``); 1 ``get``/``delete`` of a key that is not set, or ``check`` found
 warnings; 2 an error (missing, unreadable or damaged file, bad value, reserved category, lock held
 too long, bad usage, a URL for PATH), or ``check`` found the file corrupt, unreadable or holding a
-name twice in one object.
+name twice in one object; 130 interrupted by Ctrl-C (one line, ``trainstatus: interrupted``).
 
 Importing this module stays cheap: argparse, json and trainstatus itself, never numpy.
 """

@@ -12,6 +12,7 @@ import argparse
 import errno as errno_codes
 import json
 import os
+import signal
 import stat
 import sys
 import warnings
@@ -25,12 +26,13 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of 
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-__all__ = ["EXIT_ERROR", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "run"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "run"]
 
 EXIT_OK = 0
 EXIT_NOT_SET = 1  # get/delete of a key that is not set
 EXIT_WARNINGS = 1  # check: sound, with warnings
 EXIT_ERROR = 2  # check: corrupt or unreadable; every other command: an error
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports a program SIGINT ended)
 
 MISSING = object()  # the default of a lookup: no stored value is this object
 
@@ -155,6 +157,17 @@ def _describe_os_error(exc: OSError) -> str:
     return str(exc)
 
 
+def _python_sigint() -> None:
+    """Put Python's SIGINT handler back in place of the console script's first one.
+
+    ``_trainstatus_cli`` handles Ctrl-C from the start by exiting at once; from here on it raises
+    ``KeyboardInterrupt`` instead, which a store holds back until a write in progress is done and
+    ``run`` turns into the same one line.
+    """
+    if getattr(signal.getsignal(signal.SIGINT), "trainstatus_early", False):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command ``_cli_main.main`` parsed; return the exit status."""
     for stream in (sys.stdout, sys.stderr):
@@ -166,7 +179,12 @@ def run(args: argparse.Namespace) -> int:
         warnings.showwarning = _show_warning
         try:
             _local_only(getattr(args, "path", ""))
-            status: int = args.run(args)
+            command = args.run
+            load = getattr(command, "load", None)
+            if load is not None:
+                command = load()  # its imports (orjson's) under the console script's first handler
+            _python_sigint()
+            status: int = command(args)
             sys.stdout.flush()
             return status
         except _Fail as exc:
@@ -190,4 +208,5 @@ def run(args: argparse.Namespace) -> int:
             _error(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
             return EXIT_ERROR
         except KeyboardInterrupt:
-            return 130
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED

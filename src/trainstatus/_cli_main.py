@@ -36,10 +36,14 @@ class _Command:
         self.module = module
         self.function = function
 
-    def __call__(self, args: argparse.Namespace) -> int:
+    def load(self) -> Callable[[argparse.Namespace], int]:
+        """The function, its module imported (orjson with it, for all but show and get)."""
         run: Callable[[argparse.Namespace], int] = getattr(
             importlib.import_module(f".{self.module}", __package__), self.function)
-        return run(args)
+        return run
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return self.load()(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,7 +61,7 @@ atomically and durably, like a trainer's own writes; the others only read.
 
 exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: warnings;
 2 an error (missing, unreadable or damaged file, bad value, lock held too long, bad usage),
-check: corrupt, unreadable or a name given more than once.
+check: corrupt, unreadable or a name given more than once; 130 interrupted (Ctrl-C).
 
 PATH is a local file; s3:// and other URLs are refused (open s3:// from Python).
 
