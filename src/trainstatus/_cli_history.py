@@ -20,7 +20,7 @@ from ._cli_main import CURRENT as _CURRENT
 from ._cli_main import PROG
 from ._codec import Entry, decode
 from ._load import Corrupt, Document, load_document
-from ._storage import LocalFile
+from ._storage import LocalFile, byte_size
 from ._store import DEFAULT_HISTORY
 
 __all__ = ["_cmd_diff", "_cmd_history", "_cmd_restore"]
@@ -98,7 +98,39 @@ def _changed_keys(old: Document | None, new: Document) -> str:
 # -- history ----------------------------------------------------------------------------------
 
 
+def _prune(args: argparse.Namespace) -> int:
+    """``history --prune --keep N``: remove all but the newest N versions (no lock needed: writers
+    prune the same way, and a version another writer adds meanwhile is simply one more kept)."""
+    if args.keep is None:
+        raise _Fail("--prune needs --keep N: how many of the newest versions to keep (0: none)")
+    versions = _versions(args.path)
+    removed = versions[: max(0, len(versions) - args.keep)]
+    if not removed:
+        print(f"nothing to remove: {_plural(len(versions), 'earlier version')} of {args.path} kept, "
+              f"--keep {args.keep}")
+        return EXIT_OK
+    freed = 0
+    for version in removed:
+        try:
+            os.unlink(version.path)
+        except FileNotFoundError:
+            continue  # pruned by a writer meanwhile
+        except OSError as exc:
+            raise _Fail(f"cannot remove version {version.sequence} ({version.path}): {exc.strerror or exc}; "
+                        f"{_plural(removed.index(version), 'version')} removed before it") from None
+        freed += version.size
+    numbers = str(removed[0].sequence) if len(removed) == 1 else f"{removed[0].sequence} to {removed[-1].sequence}"
+    left = len(versions) - len(removed)
+    print(f"removed {_plural(len(removed), 'earlier version')} of {args.path} ({numbers}, {byte_size(freed)}); "
+          f"{_plural(left, 'version')} kept")
+    return EXIT_OK
+
+
 def _cmd_history(args: argparse.Namespace) -> int:
+    if args.prune or args.keep is not None:
+        if not args.prune:
+            raise _Fail("--keep is how many versions --prune keeps: pass --prune too")
+        return _prune(args)
     versions = _versions(args.path)
     rows: list[tuple[str, str, str, bytes | None]] = []
     for version in versions:

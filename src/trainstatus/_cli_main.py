@@ -80,6 +80,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text!r}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, which also says how to pass a VALUE that starts with "-".
 
@@ -271,12 +281,21 @@ def _history_commands(command: Callable[..., argparse.ArgumentParser], locking: 
 a store keeps the version each write replaces as .<file>.history-<n> beside the file (the newest
 20 by default; StatusStore(..., history=N), history=0 for none). One line per version, newest
 first: its number, when it was written, its size and which keys changed from the version before.
-Reads only.
+Reads only, unless --prune is given.
 
-example:
+On disk the history costs up to as many times the file's size as versions are kept (about 21
+times the file with the default 20, the file included). --prune --keep N removes all but the
+newest N versions now (--keep 0: all of them); trainers keep their own history= count from then on.
+
+examples:
   trainstatus history results/run1/run_logs/training_status.json
+  trainstatus history results/run1/run_logs/training_status.json --prune --keep 2
 """)
     history.add_argument("path", metavar="PATH", help="the status file")
+    history.add_argument("--prune", action="store_true",
+                         help="remove the oldest versions, keeping the newest --keep N (to free space)")
+    history.add_argument("--keep", type=_count, metavar="N",
+                         help="with --prune: how many of the newest versions to keep (0: none)")
 
     diff = command("diff", _Command("_cli_history", "_cmd_diff"), "compare two versions key by key", """\
 OLD and NEW are version numbers from `trainstatus history`, or "current" (the file itself).
