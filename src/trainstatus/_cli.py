@@ -9,7 +9,8 @@ and change nothing: no store is opened, so a damaged file is not moved aside, no
 no stale temp file is removed. Changing commands (``set``, ``delete``) go through a
 ``StatusStore``, so they are locked, atomic and durable like any trainer's write and safe while a
 trainer runs. ``corrupt restore`` writes a kept-aside copy back byte for byte under the same lock
-and with the same write protocol, keeping the file it replaces aside first.
+and with the same write protocol, keeping the file it replaces aside first; ``restore``
+(``_cli_history``) does the same with a version from the history.
 
 Output: results on stdout; errors as one line ``trainstatus: error: ...`` and library warnings as
 one line ``trainstatus: warning: ...`` on stderr, never a traceback. Exit status: 0 success (a

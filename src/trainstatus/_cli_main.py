@@ -56,8 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 _TOP_EPILOG = """\
-commands that change the file (set, delete, corrupt restore) take the lock beside it and write
-atomically and durably, like a trainer's own writes; the others only read.
+commands that change the file (set, delete, restore, corrupt restore) take the lock beside it and
+write atomically and durably, like a trainer's own writes; the others only read (history --prune
+removes earlier versions kept beside the file, never the file).
 
 exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: warnings;
 2 an error (missing, unreadable or damaged file, bad value, lock held too long, bad usage),
@@ -242,7 +243,8 @@ examples:
 
     corrupt = command("corrupt", _Command("_cli", "_no_subcommand"), "list or restore copies kept aside", """\
 a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and
-starts empty; restore also keeps the file it replaces under such a name.
+starts from the newest intact version in its history (empty without one); corrupt restore also
+keeps the file it replaces under such a name.
 
 examples:
   trainstatus corrupt list results/run1/run_logs/training_status.json

@@ -1,7 +1,8 @@
 """Loading and validation: what a file must look like, and what to say when it does not.
 
 A file is *corrupt* when it is not JSON, its top level is not an object, or a category (the
-metadata block included) is not an object; the store keeps such a file aside and starts empty.
+metadata block included) is not an object; the store keeps such a file aside and starts from the
+newest intact version in its history (empty without one).
 Anything else it can read, it reads, and warns about what it cannot vouch for: a different format
 version, missing metadata, registered metadata fields that differ from this run's.
 
