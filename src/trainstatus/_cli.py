@@ -47,8 +47,10 @@ from ._cli_base import (
     _duplicate_problem,
     _cli_words,
     _Fail,
+    _file_in_the_way,
     _json,
     _label,
+    _missing,
     _plural,
     _read_bytes,
     _read_status,
@@ -248,6 +250,9 @@ def _cmd_set(args: argparse.Namespace) -> int:
     value = args.value if args.string else _parse_value(args.value)
     directory, _ = _target(args.path)
     if not os.path.isdir(directory):
+        blocking = _file_in_the_way(args.path)
+        if blocking is not None:
+            raise _Fail(f"cannot create {args.path}: {blocking} is a file, not a directory; nothing was changed")
         raise _Fail(
             f"cannot create {args.path}: the directory {directory} does not exist; "
             "create it first (mkdir -p)"
@@ -273,7 +278,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
 
 def _cmd_delete(args: argparse.Namespace) -> int:
     if not os.path.exists(args.path):
-        raise _Fail(f"no status file at {args.path}")
+        raise _Fail(_missing(args.path))
     store = _open_store(args)
     try:
         with store.transaction():
@@ -615,7 +620,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_corrupt_list(args: argparse.Namespace) -> int:
     directory, name = _target(args.path)
     copies = _copies(directory, name)
+    exists = os.path.lexists(args.path)
     if not copies:
+        if not exists:
+            raise _Fail(_missing(args.path))
         print(f"no copies of {args.path} are kept aside")
         return EXIT_OK
     shown = _shown_directory(args.path, directory)
@@ -639,6 +647,9 @@ def _cmd_corrupt_list(args: argparse.Namespace) -> int:
     size_width = max(len(row[1]) for row in rows)
     for copy_path, size, state in rows:
         print(f"{copy_path:<{name_width}}  {size:>{size_width}}  {state}")
+    if not exists:  # listed all the same: they are what is left of it
+        raise _Fail(f"{_missing(args.path)} (the copies above are kept beside where it was; "
+                    f"`{PROG} corrupt restore {args.path} COPY` puts one back)")
     return EXIT_OK
 
 

@@ -84,9 +84,29 @@ def _read_bytes(path: str) -> bytes:
         os.close(fd)
 
 
+def _file_in_the_way(path: str) -> str | None:
+    """The nearest folder above ``path`` that is a file (``a.json/x.json``), if one is."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.lexists(parent):
+            return None if os.path.isdir(parent) else parent
+        above = os.path.dirname(parent)
+        if above == parent:
+            return None
+        parent = above
+
+
+def _missing(path: str) -> str:
+    """Why there is no status file at ``path``: nothing there, or a file where a folder should be."""
+    blocking = _file_in_the_way(path)
+    if blocking is not None:
+        return f"no status file at {path}: {blocking} is a file, not a directory"
+    return f"no status file at {path}"
+
+
 def _unreadable(path: str, exc: OSError) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return f"no status file at {path}"
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)) and not os.path.isdir(path):
+        return _missing(path)
     if isinstance(exc, IsADirectoryError):
         return f"cannot read {path}: it is a directory, not a status file"
     return f"cannot read {path}: {exc.strerror or exc}"

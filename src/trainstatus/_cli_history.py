@@ -15,7 +15,7 @@ import warnings
 
 from . import _history
 from ._cli import _shown_directory, _target
-from ._cli_base import EXIT_OK, _Fail, _json, _label, _plural, _read_bytes, _unreadable
+from ._cli_base import EXIT_OK, _Fail, _json, _label, _missing, _plural, _read_bytes, _unreadable
 from ._cli_main import CURRENT as _CURRENT
 from ._cli_main import PROG
 from ._codec import Entry, decode
@@ -38,8 +38,8 @@ def _written(mtime_ns: int) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC"
 
 
-def _pick(path: str, which: str, versions: list[_history.Version]) -> tuple[str, bytes]:
-    """(label, bytes) of version ``which``: a number from ``history``, or ``current``."""
+def _pick(path: str, which: str, versions: list[_history.Version], *, current: bool = True) -> tuple[str, bytes]:
+    """(label, bytes) of version ``which``: a number from ``history``, or ``current`` (if ``current``)."""
     if which == _CURRENT:
         try:
             return _CURRENT, _read_bytes(path)
@@ -48,8 +48,8 @@ def _pick(path: str, which: str, versions: list[_history.Version]) -> tuple[str,
     try:
         sequence = int(which)
     except ValueError:
-        raise _Fail(f"{which!r} is not a version: give a number from `{PROG} history {path}`, or "
-                    f"{_CURRENT!r} for the file itself") from None
+        also = f", or {_CURRENT!r} for the file itself" if current else ""
+        raise _Fail(f"{which!r} is not a version: give a number from `{PROG} history {path}`{also}") from None
     for version in versions:
         if version.sequence == sequence:
             try:
@@ -85,9 +85,7 @@ def _changes(old: Document, new: Document) -> list[tuple[str, str, str, Entry | 
     return found
 
 
-def _changed_keys(old: Document | None, new: Document) -> str:
-    if old is None:
-        return "(the oldest kept)"
+def _changed_keys(old: Document, new: Document) -> str:
     changes = _changes(old, new)
     if not changes:
         return "(no key changed)"
@@ -139,37 +137,45 @@ def _cmd_history(args: argparse.Namespace) -> int:
         except OSError:
             data = None  # pruned since the listing
         rows.append((str(version.sequence), _written(version.mtime_ns), "", data))
+    missing = False
     try:
         current = _read_bytes(args.path)
         rows.append((_CURRENT, _written(os.stat(args.path).st_mtime_ns), "", current))
-    except FileNotFoundError:
-        pass
+    except (FileNotFoundError, NotADirectoryError):
+        missing = True
     except OSError as exc:
         raise _Fail(_unreadable(args.path, exc)) from None
     if not versions:
+        if missing:
+            raise _Fail(_missing(args.path))
         print(f"no earlier versions of {args.path} are kept (a store keeps them from its next write "
               "unless opened with history=0)")
         return EXIT_OK
     table = []
     previous: Document | None = None
+    before = "(the oldest kept)"  # what the first row is compared with
     for label, written, _, data in rows:
         if data is None:
             table.append((label, written, "-", "(removed while listing)"))
-            previous = None
+            previous, before = None, "(the version before was removed while listing)"
             continue
         try:
             document: Document | None = load_document(data)
         except Corrupt as exc:
             table.append((label, written, _plural(len(data), "byte"), f"damaged: {exc.reason}"))
-            previous = None
+            previous, before = None, "(the version before is damaged: nothing to compare with)"
             continue
         assert document is not None
-        table.append((label, written, _plural(len(data), "byte"), _changed_keys(previous, document)))
+        table.append((label, written, _plural(len(data), "byte"),
+                      before if previous is None else _changed_keys(previous, document)))
         previous = document
     headers = ("VERSION", "WRITTEN", "SIZE", "KEYS CHANGED FROM THE VERSION BEFORE")
     widths = [max(len(row[i]) for row in [headers, *table]) for i in range(3)]
     for row in [headers, *reversed(table)]:  # newest first
         print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}")
+    if missing:  # listed all the same: a resume, or `restore`, puts the newest back
+        raise _Fail(f"{_missing(args.path)} (the versions above are kept beside where it was; "
+                    f"`{PROG} restore {args.path} {versions[-1].sequence}` puts the newest back)")
     return EXIT_OK
 
 
@@ -180,6 +186,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     versions = _versions(args.path)
     if args.old is None:
         if not versions:
+            if not os.path.lexists(args.path):
+                raise _Fail(_missing(args.path))
             raise _Fail(f"{args.path} has no earlier version kept to compare with; give two versions")
         args.old = str(versions[-1].sequence)
     new_label, new_data = _pick(args.path, args.new or _CURRENT, versions)
@@ -211,7 +219,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     versions = _versions(args.path)
     if args.version == _CURRENT:
         raise _Fail(f"{_CURRENT!r} is the file itself: give a version number from `{PROG} history {args.path}`")
-    label, data = _pick(args.path, args.version, versions)
+    label, data = _pick(args.path, args.version, versions, current=False)
     document = _document(label, data)
     directory, name = _target(args.path)
     # As for set and delete (_cli._open_store): as many versions as there are, at least the
