@@ -482,7 +482,7 @@ def test_set_of_an_integer_beyond_64_bits_is_one_line(tmp_path: Path) -> None:
     big = 2**64
     assert run("set", path, "c", "k", str(big)) == Result(2, "", error(
         f"Cannot store c/k in {path}: the integer {big} is outside the 64-bit range that JSON readers "
-        "keep exactly; store it as a string (str(value)) instead. Nothing was written."))
+        "keep exactly; pass --string to store VALUE as text instead. Nothing was written."))
     assert path.read_bytes() == before
 
 

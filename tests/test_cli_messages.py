@@ -5,7 +5,12 @@ problem and the way out. In-process ``main`` (fast); ``test_cli.py`` runs the in
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -147,3 +152,95 @@ def test_a_parent_that_is_a_file_is_named_as_such(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{blocking} is a file, not a directory" in err, err
     assert "does not exist" not in err and blocking.read_text() == "{}"
+
+
+# -- set: numbers a float cannot hold, integers beyond 64 bits, values from standard input ----------
+
+
+def status(tmp_path: Path) -> Path:
+    path = tmp_path / "status.json"
+    with StatusStore(path) as store:
+        store.set("c", "k", 1)
+    return path
+
+
+@pytest.mark.parametrize(("value", "problem", "meant"), [
+    ("1e400", "is a number too large for a float: it would be stored as Infinity", "Infinity"),
+    ("-1E+400", "is a number too large for a float: it would be stored as -Infinity", "-Infinity"),
+    ("[1, 2.5e999]", "holds 2.5e999, a number too large for a float: it would be stored as Infinity", "Infinity"),
+    ("1e-400", "is a number too small for a float: it would be stored as 0", "0"),
+    ('{"reward": -0.5e-999}', "holds -0.5e-999, a number too small for a float: it would be stored as 0", "0"),
+])
+def test_set_of_a_number_a_float_cannot_hold_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, problem: str, meant: str
+) -> None:
+    path = status(tmp_path)
+    before = path.read_bytes()
+    assert _cli.main(["set", str(path), "c", "k", "--", value]) == 2
+    assert capsys.readouterr().err == (
+        f"trainstatus: error: VALUE {value!r} {problem}; nothing was changed. Write {meant} if that is what you "
+        "mean, or pass --string to store the text as it is\n")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(("value", "stored"), [("Infinity", math.inf), ("-Infinity", -math.inf), ("0e-400", 0.0),
+                                               ("1.5e300", 1.5e300), ("5e-324", 5e-324)])
+def test_set_of_infinity_spelled_out_and_of_numbers_a_float_holds_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, stored: float
+) -> None:
+    path = status(tmp_path)
+    assert _cli.main(["set", str(path), "c", "k", "--", value]) == 0
+    with StatusStore(path) as store:
+        assert store.get("c", "k") == stored
+
+
+def test_set_of_an_integer_beyond_64_bits_says_to_pass_string(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = status(tmp_path)
+    assert _cli.main(["set", str(path), "c", "k", "[18446744073709551616]"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("is outside the 64-bit range that JSON readers keep exactly; pass --string to store VALUE "
+                        "as text instead. Nothing was written.\n") and "str(value)" not in err
+
+
+def stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def test_set_reads_a_value_of_a_megabyte_from_standard_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = status(tmp_path)
+    checkpoints = [{"steps": n, "file_path": f"results/run/Walker-{n:012d}.onnx"} for n in range(20000)]
+    text = json.dumps(checkpoints)
+    assert len(text) > 2**20  # beyond what a command line takes (about 128 KB for one argument)
+    stdin(monkeypatch, text.encode() + b"\n")
+    assert _cli.main(["set", str(path), "Walker", "checkpoints", "-"]) == 0
+    with StatusStore(path) as store:
+        assert store.get("Walker", "checkpoints") == checkpoints
+    stdin(monkeypatch, "Walker-5.onnx\r\n".encode())  # plain text, and --string, as on the command line
+    assert _cli.main(["set", str(path), "Walker", "note", "--string", "-"]) == 0
+    stdin(monkeypatch, b"[1,\n")
+    assert _cli.main(["set", str(path), "Walker", "bad", "-"]) == 2
+    assert "VALUE '[1,' looks like JSON but is not" in capsys.readouterr().err
+    with StatusStore(path) as store:
+        assert store.get("Walker", "note") == "Walker-5.onnx" and store.get("Walker", "bad", None) is None
+
+
+def test_set_refuses_standard_input_that_is_not_utf8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = status(tmp_path)
+    stdin(monkeypatch, b'"caf\xe9"')
+    assert _cli.main(["set", str(path), "c", "k", "-"]) == 2
+    assert capsys.readouterr().err == ("trainstatus: error: VALUE - (standard input) is not UTF-8 text: invalid "
+                                       "continuation byte at byte 4; nothing was changed\n")
+
+
+def test_set_reads_standard_input_in_a_real_pipe(tmp_path: Path) -> None:
+    path = status(tmp_path)
+    value = "x" * (2**20)
+    done = subprocess.run([sys.executable, "-m", "trainstatus", "set", str(path), "c", "k", "-"],
+                          input=json.dumps(value), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    with StatusStore(path) as store:
+        assert store.get("c", "k") == value

@@ -157,8 +157,47 @@ _JSON_WORDS = {"true", "false", "null", "NaN", "Infinity", "-Infinity"}
 _JSON_START = re.compile(r'\s*[\[{"0-9-]')
 
 
+def _shown(text: str) -> str:
+    """VALUE as an error shows it: a long one cut (it may be megabytes read from stdin)."""
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _fail_value(text: str, problem: str, remedy: str) -> _Fail:
-    return _Fail(f"VALUE {text!r} {problem}; nothing was changed. {remedy}")
+    return _Fail(f"VALUE {_shown(text)!r} {problem}; nothing was changed. {remedy}")
+
+
+class _OutOfRange(Exception):
+    def __init__(self, number: str, kind: str, meant: str) -> None:
+        self.number = number
+        self.kind = kind
+        self.meant = meant  # what to write if that is the value meant
+
+
+def _finite(number: str) -> float:
+    """A JSON number as a float, unless it is too large (read as Infinity) or too small (read as 0).
+
+    The literals NaN, Infinity and -Infinity do not pass here (json's parse_constant takes them):
+    written out, they are what the user meant.
+    """
+    value = float(number)
+    if math.isinf(value):
+        meant = "-Infinity" if value < 0 else "Infinity"
+        raise _OutOfRange(number, f"too large for a float: it would be stored as {meant}", meant)
+    mantissa = re.split("[eE]", number)[0]
+    if value == 0 and re.search("[1-9]", mantissa):
+        raise _OutOfRange(number, "too small for a float: it would be stored as 0", "0")
+    return value
+
+
+def _read_stdin() -> str:
+    """VALUE ``-``: the value from standard input, without the newline that ends its last line."""
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Fail(f"VALUE - (standard input) is not UTF-8 text: {exc.reason} at byte {exc.start}; "
+                    "nothing was changed") from None
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
 
 
 def _parse_value(text: str) -> Any:
@@ -169,7 +208,12 @@ def _parse_value(text: str) -> Any:
         raise _fail_value(text, f"is Python's spelling; JSON's is {spelling}",
                           f"Pass {spelling}, or pass --string to store the text {text!r}")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_finite)
+    except _OutOfRange as exc:
+        held = "is" if exc.number == word else f"holds {exc.number},"
+        raise _fail_value(text, f"{held} a number {exc.kind}",
+                          f"Write {exc.meant} if that is what you mean, or pass --string to store the text as it "
+                          "is") from None
     except RecursionError:
         raise _Fail("VALUE is nested too deeply to be stored") from None
     except json.JSONDecodeError as exc:
@@ -247,7 +291,8 @@ def _reserved(exc: TrainingStatusValueError, args: argparse.Namespace) -> _Fail 
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    value = args.value if args.string else _parse_value(args.value)
+    text = _read_stdin() if args.value == "-" else args.value
+    value = text if args.string else _parse_value(text)
     directory, _ = _target(args.path)
     if not os.path.isdir(directory):
         blocking = _file_in_the_way(args.path)

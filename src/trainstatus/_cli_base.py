@@ -150,9 +150,18 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
+# What the library advises in Python, and the command line's way of doing it.
+_PYTHON_ADVICE = {
+    DOWNGRADE_ADVICE: "unless set or delete is given --allow-downgrade",
+    "store it as a string (str(value)) instead": "pass --string to store VALUE as text instead",
+}
+
+
 def _cli_words(message: str) -> str:
-    """A library message with the command line's flag where it names the Python keyword."""
-    return message.replace(DOWNGRADE_ADVICE, "unless set or delete is given --allow-downgrade")
+    """A library message with the command line's flag where it names the Python way."""
+    for python, command_line in _PYTHON_ADVICE.items():
+        message = message.replace(python, command_line)
+    return message
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -225,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             return EXIT_ERROR
         except (TrainingStatusError, OSError) as exc:
-            _error(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
+            _error(_cli_words(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc)))
             return EXIT_ERROR
         except KeyboardInterrupt:
             print(f"{PROG}: interrupted", file=sys.stderr)

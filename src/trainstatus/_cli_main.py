@@ -186,11 +186,14 @@ how VALUE is read:
   - as JSON: 3, -2.5, true, false, null, "text", [1, 2], {"steps": 10}, and NaN, Infinity,
     -Infinity as Python's json and ML-Agents write them. An object may not give a key twice.
   - a VALUE that starts with [, {, ", a digit or - (after spaces) must be valid JSON: if it is
-    not, nothing is written and the error says where it fails.
+    not, nothing is written and the error says where it fails. A number too large for a float
+    (1e400) or too small (1e-400) is an error too: write Infinity or 0 if that is what you mean.
   - Python's spellings (True, None, nan, inf and other cases of them) and numbers JSON does not
     write that way (+5, .5, 1_000, 007) are errors naming the JSON spelling.
   - any other text (hello, Walker-500000.onnx, an empty string) is stored as that string.
   - --string stores VALUE as the string it is, whatever it looks like.
+  - VALUE - reads the value from standard input (read as above; the newline that ends its last
+    line is dropped): for values longer than a command line takes (about 128 KB).
 A VALUE that starts with "-" (other than a plain negative number such as -3) goes after --.
 The file is created when absent (its directory must exist). Prints the old and new value.
 A file of a newer format version is not rewritten unless --allow-downgrade is given.
@@ -199,11 +202,12 @@ examples:
   trainstatus set results/run1/run_logs/training_status.json wall_height lesson_num 2
   trainstatus set results/run1/run_logs/training_status.json Walker note --string True
   trainstatus set results/run1/run_logs/training_status.json SoccerTwos elo -- -Infinity
+  jq -c .Walker.checkpoints old.json | trainstatus set results/run1/run_logs/training_status.json Walker checkpoints -
 """, parents=[locking, writing])
     set_.add_argument("path", metavar="PATH", help="the status file")
     set_.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name ('metadata' is reserved)")
     set_.add_argument("key", metavar="KEY")
-    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below)")
+    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below); - reads it from standard input")
     set_.add_argument("--string", action="store_true", help="store VALUE as a string, never as JSON")
 
     delete = command("delete", _Command("_cli", "_cmd_delete"), "remove one key (locked, atomic, durable)", """\
