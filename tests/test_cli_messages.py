@@ -244,3 +244,56 @@ def test_set_reads_standard_input_in_a_real_pipe(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     with StatusStore(path) as store:
         assert store.get("c", "k") == value
+
+
+# -- show: long values cut, names that hold the output's separators quoted -------------------------
+
+
+def test_show_cuts_a_long_value_and_says_how_to_get_all_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "status.json"
+    big = "x" * 5_000_000
+    with StatusStore(path) as store:
+        store.set("Walker", "notes", big)
+        store.set("Walker", "elo", 1200.0)
+    assert _cli.main(["show", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    notes = next(line for line in lines if line.startswith("  notes: "))
+    text = json.dumps(big)
+    assert notes == (f"  notes: {text[:300]}... (cut: {len(text):,} characters; "
+                     f"`trainstatus get {path} Walker notes` prints it whole)")
+    assert "  elo: 1200.0" in lines
+    assert _cli.main(["get", "--compact", str(path), "Walker", "notes"]) == 0
+    assert capsys.readouterr().out == text + "\n"  # get prints it whole
+
+
+def test_set_and_delete_cut_long_values_they_print(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = status(tmp_path)
+    big = list(range(1000))
+    assert _cli.main(["set", str(path), "c", "k", json.dumps(big)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("c/k: 1 -> [0, 1, 2,") and out.endswith(
+        f"... (cut: {len(json.dumps(big)):,} characters; `trainstatus get {path} c k` prints it whole)\n")
+    assert len(out) < 500
+    assert _cli.main(["delete", str(path), "c", "k"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("deleted c/k (was [0, 1, 2,") and out.endswith(
+        f"... cut: {len(json.dumps(big)):,} characters; `trainstatus diff {path}` shows it whole)\n")
+
+
+@pytest.mark.parametrize(("category", "key", "category_shown", "key_shown"), [
+    ("a/b", "c", '"a/b"', "c"),
+    ("a", "b/c", "a", '"b/c"'),
+    ("run:1", "lesson: 2", '"run:1"', '"lesson: 2"'),
+    ('"quoted"', "k", '"\\"quoted\\""', "k"),
+])
+def test_names_holding_the_outputs_separators_are_quoted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], category: str, key: str, category_shown: str, key_shown: str
+) -> None:
+    path = status(tmp_path)
+    assert _cli.main(["set", str(path), category, key, "3"]) == 0
+    assert capsys.readouterr().out == f"{category_shown}/{key_shown}: (not set) -> 3\n"
+    assert _cli.main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"\n{category_shown}:\n  {key_shown}: 3\n" in out

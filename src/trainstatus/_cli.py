@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import shlex
 import stat
 import sys
 import time
@@ -43,9 +44,11 @@ from ._cli_base import (
     EXIT_NOT_SET,
     EXIT_OK,
     EXIT_WARNINGS,
+    LONG_VALUE,
     MISSING,
     _duplicate_problem,
     _cli_words,
+    _cut,
     _Fail,
     _file_in_the_way,
     _json,
@@ -316,9 +319,20 @@ def _cmd_set(args: argparse.Namespace) -> int:
         store.close()
     if created:
         print(f"created {args.path}")
-    before = "(not set)" if old is MISSING else _json(old)
-    print(f"{_where(args.category, args.key)}: {before} -> {_json(value)}")
+    before = "(not set)" if old is MISSING else _cut_old(_json(old), args.path)
+    print(f"{_where(args.category, args.key)}: {before} -> {_cut(_json(value), args.path, args.category, args.key)}")
     return EXIT_OK
+
+
+def _cut_old(text: str, path: str, *, within: bool = False) -> str:
+    """A replaced value as shown: cut like ``_cut``, pointing at the history that keeps it.
+
+    ``within``: the text is shown inside parentheses already (no second pair for the note).
+    """
+    if len(text) <= LONG_VALUE:
+        return text
+    note = f"cut: {len(text):,} characters; `{PROG} diff {shlex.quote(path)}` shows it whole"
+    return f"{text[:LONG_VALUE]}... {note}" if within else f"{text[:LONG_VALUE]}... ({note})"
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
@@ -340,7 +354,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             f"{_where(args.category, args.key)} is not set in {args.path}; nothing was changed",
             EXIT_NOT_SET,
         )
-    print(f"deleted {_where(args.category, args.key)} (was {_json(old)})")
+    # The whole old value stays in the history: `trainstatus diff` shows it.
+    print(f"deleted {_where(args.category, args.key)} (was {_cut_old(_json(old), args.path, within=True)})")
     return EXIT_OK
 
 

@@ -12,6 +12,7 @@ import argparse
 import errno as errno_codes
 import json
 import os
+import shlex
 import signal
 import stat
 import sys
@@ -52,10 +53,25 @@ def _json(value: Any, *, indent: int | None = None) -> str:
 
 
 def _label(name: str) -> str:
-    """A category or key as shown: itself, or JSON-quoted when it would not read as one word."""
-    if name and name.isprintable() and name.strip() == name:
+    """A category or key as shown: itself, or JSON-quoted when it would not read as one name.
+
+    Quoted too: a name holding the separators of the output (``category/key``, ``key: value``) or
+    starting with a quote, so that ``a/b`` as one key never reads as category ``a``, key ``b``.
+    """
+    if name and name.isprintable() and name.strip() == name and not any(c in name for c in '/:"'):
         return name
     return _json(name)
+
+
+LONG_VALUE = 300  # characters of a value shown on one line before it is cut
+
+
+def _cut(text: str, path: str, category: str, key: str) -> str:
+    """A value's JSON as shown, cut after ``LONG_VALUE`` characters with how to get all of it."""
+    if len(text) <= LONG_VALUE:
+        return text
+    command = shlex.join([PROG, "get", path, category, key])
+    return f"{text[:LONG_VALUE]}... (cut: {len(text):,} characters; `{command}` prints it whole)"
 
 
 def _where(category: str, key: str) -> str:

@@ -157,7 +157,9 @@ def _parser() -> argparse.ArgumentParser:
 
     show = command("show", _Command("_cli_read", "_cmd_show"), "print the file grouped by category, metadata first", """\
 checkpoint lists (lists of objects with "steps" and "file_path") are summarised: how many,
-the newest step and its file. Reads only; warns about the format version like a store would.
+the newest step and its file. A value longer than 300 characters is cut, with the `get` command
+that prints it whole. A name holding /, : or " is shown JSON-quoted ("a/b" is one name). Reads
+only; warns about the format version like a store would.
 
 examples:
   trainstatus show results/run1/run_logs/training_status.json
