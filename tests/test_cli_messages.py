@@ -38,15 +38,15 @@ def _writers() -> list[str]:
 
 
 def test_the_commands_that_write_are_the_ones_help_and_manual_name() -> None:
-    assert _writers() == ["corrupt restore", "delete", "restore", "set"]
+    assert _writers() == ["corrupt restore", "delete", "prune-missing", "restore", "set"]
     top = _cli_main._parser().format_help()
     named = re.search(r"commands that change the file \(([^)]*)\)", " ".join(top.split()))
     assert named is not None and sorted(named.group(1).split(", ")) == _writers()
     manual = " ".join((ROOT / "docs" / "cli.md").read_text().split())
-    listed = re.search(r"Python\. ((?:`[a-z ]+`(?:, | and ))+`[a-z ]+`) take the lock", manual)
-    assert listed is not None and sorted(re.findall(r"`([a-z ]+)`", listed.group(1))) == _writers()
-    lock = re.search(r"((?:`[a-z ]+`(?:, | and ))+`[a-z ]+`) take `--lock-timeout SECONDS`", manual)
-    assert lock is not None and sorted(re.findall(r"`([a-z ]+)`", lock.group(1))) == _writers()
+    listed = re.search(r"Python\. ((?:`[a-z -]+`(?:, | and ))+`[a-z -]+`) take the lock", manual)
+    assert listed is not None and sorted(re.findall(r"`([a-z -]+)`", listed.group(1))) == _writers()
+    lock = re.search(r"((?:`[a-z -]+`(?:, | and ))+`[a-z -]+`) take `--lock-timeout SECONDS`", manual)
+    assert lock is not None and sorted(re.findall(r"`([a-z -]+)`", lock.group(1))) == _writers()
 
 
 @pytest.mark.parametrize("where", ["src", "docs"])
@@ -297,3 +297,89 @@ def test_names_holding_the_outputs_separators_are_quoted(
     assert _cli.main(["show", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"\n{category_shown}:\n  {key_shown}: 3\n" in out
+
+
+# -- check --files and prune-missing -----------------------------------------------------------------
+
+
+def checkpoint(steps: int, name: str) -> dict[str, object]:
+    return {"steps": steps, "file_path": f"results/run1/Walker/{name}.onnx", "reward": 1.0,
+            "creation_time": 1.0, "auxillary_file_paths": [f"results/run1/Walker/{name}.pt"]}
+
+
+def run_with_checkpoints(tmp_path: Path) -> Path:
+    """Three checkpoints (the second one's .pt gone) and a final one whose files are all gone."""
+    models = tmp_path / "results" / "run1" / "Walker"
+    models.mkdir(parents=True)
+    for name in ("Walker-100.onnx", "Walker-100.pt", "Walker-200.onnx", "Walker-300.onnx", "Walker-300.pt"):
+        (models / name).write_bytes(b"model")
+    status = tmp_path / "results" / "run1" / "status.json"
+    with StatusStore(status) as store:
+        store.set("Walker", "checkpoints", [checkpoint(100, "Walker-100"), checkpoint(200, "Walker-200"),
+                                            checkpoint(300, "Walker-300")])
+        store.set("Walker", "final_checkpoint", checkpoint(400, "Walker"))
+    return status
+
+
+def test_check_files_suggests_the_commands_that_fix_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = run_with_checkpoints(tmp_path)
+    assert _cli.main(["check", "--files", "--root", str(tmp_path), str(status)]) == 1
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        f"warning: Walker/checkpoints lists results/run1/Walker/Walker-200.pt, which does not exist (under "
+        f"{tmp_path}); a resume from it fails: put the file back, or `trainstatus prune-missing --root {tmp_path} "
+        f"{status}` removes such entries",
+        *(f"warning: Walker/final_checkpoint lists results/run1/Walker/Walker.{ext}, which does not exist (under "
+          f"{tmp_path}); a resume from it fails: put the file back, or `trainstatus delete {status} Walker "
+          "final_checkpoint` removes it" for ext in ("onnx", "pt")),
+    ]
+
+
+def test_prune_missing_drops_the_entries_check_files_warns_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = run_with_checkpoints(tmp_path)
+    assert _cli.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
+    assert capsys.readouterr().out == (
+        "removed from Walker/checkpoints: step 200, results/run1/Walker/Walker-200.onnx\n"
+        "kept Walker/final_checkpoint: it lists results/run1/Walker/Walker.onnx, which does not exist; "
+        f"`trainstatus delete {status} Walker final_checkpoint` removes it\n"
+        "kept Walker/final_checkpoint: it lists results/run1/Walker/Walker.pt, which does not exist; "
+        f"`trainstatus delete {status} Walker final_checkpoint` removes it\n"
+        f"1 checkpoint entry removed from {status}\n")
+    with StatusStore(status) as store:
+        assert [e["steps"] for e in store.get("Walker", "checkpoints")] == [100, 300]
+        assert store.get("Walker", "final_checkpoint")["steps"] == 400
+    assert (tmp_path / "results" / "run1" / "Walker" / "Walker-200.onnx").exists()  # files are not touched
+    assert _cli.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
+    assert capsys.readouterr().out.endswith(f"nothing removed: every file a checkpoints list of {status} names exists\n")
+
+
+@pytest.mark.parametrize("command", [["check", "--files"], ["prune-missing"]])
+def test_a_root_that_is_not_a_directory_is_an_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    status = run_with_checkpoints(tmp_path)
+    before = status.read_bytes()
+    for root, what in [(tmp_path / "nowhere", "does not exist"), (status, "is not a directory")]:
+        assert _cli.main([*command, "--root", str(root), str(status)]) == 2
+        assert capsys.readouterr() == ("", f"trainstatus: error: --root {root} {what}: give the directory the "
+                                           "checkpoint paths listed in the file are relative to (where "
+                                           "mlagents-learn ran)\n")
+    assert status.read_bytes() == before
+
+
+def test_check_counts_one_version_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 2)
+    assert _cli.main(["check", str(path)]) == 0
+    assert "info: 1 earlier version kept in the history (number 1); see `trainstatus history`\n" in capsys.readouterr().out
+
+
+def test_every_command_found_in_the_parser_has_help_with_an_example() -> None:
+    commands = _commands(_cli_main._parser())
+    assert {"history", "diff", "restore", "prune-missing", "corrupt restore"} <= set(commands)
+    for name, sub in commands.items():
+        text = sub.format_help()
+        assert "example" in text, name
+        assert f"trainstatus {name} " in text.split("example", 1)[1], name

@@ -568,16 +568,29 @@ def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
     return sorted(found)
 
 
-def _check_files(report: _Report, document: Document, root: str | None) -> None:
+def _root(root: str | None) -> str | None:
+    """``--root DIR``, which must be a directory: else every relative path would look missing."""
+    if root is not None and not os.path.isdir(root):
+        what = "is not a directory" if os.path.exists(root) else "does not exist"
+        raise _Fail(f"--root {root} {what}: give the directory the checkpoint paths listed in the file "
+                    "are relative to (where mlagents-learn ran)")
+    return root
+
+
+def _check_files(report: _Report, document: Document, path: str, root: str | None) -> None:
     """``check --files``: every file a checkpoint entry lists must exist (a warning each if not)."""
     categories = {c: {k: decode(e) for k, e in entries.items()} for c, entries in document.categories.items()}
     listed = sum(len(paths) for _, _, paths in _checkpoints._listed(categories))
     where = f"under {root}" if root is not None else "under the current directory"
     missing = _checkpoints.missing_files(categories, root)
+    rooted = [] if root is None else ["--root", root]
     for category, key, file_path in missing:
+        if key == _checkpoints.FINAL_CHECKPOINT:
+            fix = f"`{shlex.join([PROG, 'delete', path, category, key])}` removes it"
+        else:
+            fix = f"`{shlex.join([PROG, 'prune-missing', *rooted, path])}` removes such entries"
         report("warning", f"{_where(category, key)} lists {file_path}, which does not exist ({where}); "
-                          f"a resume from it fails: remove the entry (CheckpointList.prune_missing()) or "
-                          f"put the file back")
+                          f"a resume from it fails: put the file back, or {fix}")
     if not missing:
         report("ok", f"every checkpoint file listed exists ({_plural(listed, 'file')}, {where})")
 
@@ -585,6 +598,7 @@ def _check_files(report: _Report, document: Document, root: str | None) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.root is not None and not args.files:
         raise _Fail("--root is where --files looks for relative checkpoint paths: pass --files too")
+    _root(args.root)
     path = args.path
     report = _Report()
     directory, name = _target(path)
@@ -616,7 +630,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             if not caught:
                 report("ok", f"format version {STATUS_FORMAT_VERSION}")
             if args.files:
-                _check_files(report, document, args.root)
+                _check_files(report, document, path, args.root)
     if args.files and (unreadable or report.status == EXIT_ERROR):
         report("info", "checkpoint files not checked (--files): the file is not a readable status document")
 
@@ -657,8 +671,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except OSError:  # an unreadable directory: the findings above say so already
         versions = []
     if versions:
-        report("info", f"{_plural(len(versions), 'earlier version')} kept in the history "
-                       f"(numbers {versions[0].sequence} to {versions[-1].sequence}); see `{PROG} history`")
+        numbers = (f"number {versions[0].sequence}" if len(versions) == 1
+                   else f"numbers {versions[0].sequence} to {versions[-1].sequence}")
+        report("info", f"{_plural(len(versions), 'earlier version')} kept in the history ({numbers}); "
+                       f"see `{PROG} history`")
 
     if unreadable:
         verdict = "unreadable"

@@ -56,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 _TOP_EPILOG = """\
-commands that change the file (set, delete, restore, corrupt restore) take the lock beside it and
-write atomically and durably, like a trainer's own writes; the others only read (history --prune
+commands that change the file (set, delete, restore, prune-missing, corrupt restore) take the lock
+beside it and write atomically and durably, like a trainer's own writes; the others only read (history --prune
 removes earlier versions kept beside the file, never the file).
 
 exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: warnings;
@@ -246,6 +246,21 @@ examples:
     check.add_argument("--root", metavar="DIR",
                        help="with --files: the directory relative file paths are under (default: the "
                             "current directory, as mlagents-learn resolves them)")
+
+    prune = command("prune-missing", _Command("_cli_checkpoints", "_cmd_prune_missing"),
+                    "drop the checkpoint entries whose files are gone (locked, atomic, durable)", """\
+each behavior's checkpoints list loses the entries whose main or auxiliary file is missing (what
+`check --files` warns about), so that a resume never picks a checkpoint that cannot be loaded; the
+files of the entries kept are not touched. A final_checkpoint naming a missing file is reported,
+not removed (`trainstatus delete PATH CATEGORY final_checkpoint` removes it).
+
+example:
+  trainstatus prune-missing --root ~/ml-agents results/run1/run_logs/training_status.json
+""", parents=[locking, writing])
+    prune.add_argument("path", metavar="PATH", help="the status file")
+    prune.add_argument("--root", metavar="DIR",
+                       help="the directory relative file paths are under (default: the current directory, "
+                            "as mlagents-learn resolves them)")
 
     corrupt = command("corrupt", _Command("_cli", "_no_subcommand"), "list or restore copies kept aside", """\
 a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and
