@@ -31,8 +31,8 @@ HINTS = {
     errno.ENOSPC: "the disk is full; free some space",
     errno.EDQUOT: "the disk quota is exhausted; free some space or raise the quota",
     errno.EROFS: "the filesystem is read-only; remount it writable or use another path",
-    errno.EACCES: "permission denied; fix the permissions of the directory",
-    errno.EPERM: "operation not permitted; fix the permissions of the directory",
+    errno.EACCES: "fix the permissions of the directory",  # strerror says "Permission denied" already
+    errno.EPERM: "fix the permissions of the directory",
 }
 WRITING = "writing it"
 SYNCING_DIRECTORY = "syncing its directory"

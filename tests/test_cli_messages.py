@@ -5,9 +5,11 @@ problem and the way out. In-process ``main`` (fast); ``test_cli.py`` runs the in
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstatus import StatusStore, _cli, _cli_main, _history, _storage
+from trainstatus import StatusStore, _atomic, _cli, _cli_base, _cli_main, _history, _storage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -199,7 +201,7 @@ def test_set_of_an_integer_beyond_64_bits_says_to_pass_string(tmp_path: Path, ca
     assert _cli.main(["set", str(path), "c", "k", "[18446744073709551616]"]) == 2
     err = capsys.readouterr().err
     assert err.endswith("is outside the 64-bit range that JSON readers keep exactly; pass --string to store VALUE "
-                        "as text instead. Nothing was written.\n") and "str(value)" not in err
+                        "as text instead. Nothing was written\n") and "str(value)" not in err
 
 
 def stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
@@ -383,3 +385,44 @@ def test_every_command_found_in_the_parser_has_help_with_an_example() -> None:
         text = sub.format_help()
         assert "example" in text, name
         assert f"trainstatus {name} " in text.split("example", 1)[1], name
+
+
+# -- one style for the command line's own messages and the library's --------------------------------
+
+
+def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = status(tmp_path)
+
+    def denied(fd: int, data: bytes) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(_atomic, "write_all", denied)
+    assert _cli.main(["set", str(path), "c", "k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"trainstatus: error: could not save {path} (writing it): Permission denied. The file was left "
+                   "as it was; fix the permissions of the directory, then set the value again\n")
+    assert err.lower().count("permission denied") == 1
+
+
+@pytest.mark.parametrize(("library", "shown"), [
+    ("Could not lock x.json within 1 s.", "could not lock x.json within 1 s"),
+    ("Cannot store c/k in x.json: the integer 1 is too big. Nothing was written.",
+     "cannot store c/k in x.json: the integer 1 is too big. Nothing was written"),
+    ("/runs/x.json was damaged (it is empty); it was kept.", "/runs/x.json was damaged (it is empty); it was kept"),
+    ("StatusStore(...) needs a path.", "StatusStore(...) needs a path"),  # a name keeps its capitals
+    ("CheckpointList category= must be a str.", "CheckpointList category= must be a str"),
+    ("Look at the file...", "look at the file..."),  # an ellipsis stays whole
+    ("Two\nlines.", "two lines"),
+])
+def test_library_messages_in_the_command_lines_style(library: str, shown: str) -> None:
+    assert _cli_base._cli_words(library) == shown
+
+
+def test_the_readme_lists_every_command() -> None:
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    listed = re.search(r"\[Command line\]\(docs/cli\.md\): ((?:`[a-z -]+`, )+)and their exit codes", readme)
+    assert listed is not None
+    names = [name.removeprefix("trainstatus ") for name in re.findall(r"`([a-z -]+)`", listed.group(1))]
+    assert sorted(names) == sorted(name for name in _commands(_cli_main._parser()) if " " not in name)

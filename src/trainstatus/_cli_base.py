@@ -19,7 +19,7 @@ import sys
 import warnings
 
 from ._cli_main import PROG
-from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusVersionWarning, TrainingStatusWarning
+from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusWarning
 from ._load import DOWNGRADE_ADVICE, Duplicate
 from ._location import file_url_advice, is_s3_url, url_scheme
 
@@ -174,19 +174,28 @@ _PYTHON_ADVICE = {
 
 
 def _cli_words(message: str) -> str:
-    """A library message with the command line's flag where it names the Python way."""
+    """A library message in the command line's style and words.
+
+    The library writes sentences ("Could not save ...: Permission denied. ... then set the value
+    again."); the command line's own messages follow ``trainstatus: error:`` as one line that starts
+    in lower case and ends without a period, as argparse's do. Where the library names the Python
+    way (a keyword, ``str(value)``) the command line's flag is named instead.
+    """
     for python, command_line in _PYTHON_ADVICE.items():
         message = message.replace(python, command_line)
-    return message
+    message = " ".join(message.split())  # one line
+    first = message.split(" ", 1)[0]
+    if first[:1].isupper() and first[1:].islower() and first.isalpha():  # "Could", not "StatusStore(" or a path
+        message = message[0].lower() + message[1:]
+    return message[:-1] if message.endswith(".") and not message.endswith("..") else message
+
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: TextIO | None = None, line: str | None = None) -> None:
     if issubclass(category, TrainingStatusWarning):
         text = str(message)
-        if issubclass(category, TrainingStatusVersionWarning):
-            text = _cli_words(text)
-        print(f"{PROG}: warning: {text}", file=sys.stderr)
+        print(f"{PROG}: warning: {_cli_words(text)}", file=sys.stderr)
     else:
         _default_show_warning(message, category, filename, lineno, file, line)
 
@@ -238,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         except TrainingStatusLockTimeout as exc:
             if getattr(args, "lock", "flock") == "soft":
                 # A soft lock's own message names the lease file and its holder (pid and host).
-                _error(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout"))
+                _error(_cli_words(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout")))
             else:
                 from ._cli import _lock_timeout_message  # a lock was taken: _cli is loaded
 

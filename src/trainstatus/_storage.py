@@ -612,8 +612,9 @@ class LocalFile(Storage):
             errno_codes.ENOSPC: f"the disk is full; free some space{full}",
             errno_codes.EDQUOT: f"the disk quota is exhausted; free some space{full} or raise the quota",
             errno_codes.EROFS: "the filesystem is read-only; remount it writable or use another path",
-            errno_codes.EACCES: "permission denied; fix the permissions of the directory",
-            errno_codes.EPERM: "operation not permitted; fix the permissions of the directory",
+            # The error's own words (strerror) say "Permission denied" already.
+            errno_codes.EACCES: "fix the permissions of the directory",
+            errno_codes.EPERM: "fix the permissions of the directory",
             errno_codes.ENAMETOOLONG: self._too_long(),
         }.get(exc.errno or 0, "check the disk and the path")
         if step == "syncing its directory":
