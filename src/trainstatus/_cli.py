@@ -723,9 +723,8 @@ def _cmd_corrupt_list(args: argparse.Namespace) -> int:
     size_width = max(len(row[1]) for row in rows)
     for copy_path, size, state in rows:
         print(f"{copy_path:<{name_width}}  {size:>{size_width}}  {state}")
-    if not exists:  # listed all the same: they are what is left of it
-        raise _Fail(f"{_missing(args.path)} (the copies above are kept beside where it was; "
-                    f"`{PROG} corrupt restore {args.path} COPY` puts one back)")
+    if not exists:  # a store moved the damaged file aside and has not written since: not an error
+        print(f"({_missing(args.path)} now; `{PROG} corrupt restore {args.path} COPY` puts a copy back)")
     return EXIT_OK
 
 

@@ -173,9 +173,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in [headers, *table]) for i in range(3)]
     for row in [headers, *reversed(table)]:  # newest first
         print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}")
-    if missing:  # listed all the same: a resume, or `restore`, puts the newest back
-        raise _Fail(f"{_missing(args.path)} (the versions above are kept beside where it was; "
-                    f"`{PROG} restore {args.path} {versions[-1].sequence}` puts the newest back)")
+    if missing:  # what is left of it: a resume, or `restore`, puts the newest back
+        print(f"({_missing(args.path)} now; `{PROG} restore {args.path} {versions[-1].sequence}` puts the newest "
+              "version back, as a store opened with resume=True does)")
     return EXIT_OK
 
 
