@@ -54,12 +54,14 @@ def errno_id(value: int) -> str:
     return errno.errorcode[value]
 
 
-def write_error_message(path: str, step: str, strerror: str, err: int) -> str:
+def write_error_message(path: str, step: str, strerror: str, err: int, history: str = "") -> str:
     if step == SYNCING_DIRECTORY:
         outcome = "The new content is in the file but may not survive a power loss"
     else:
         outcome = "The file was left as it was"
     hint = HINTS.get(err, "check the disk and the path")
+    if history and err in (errno.ENOSPC, errno.EDQUOT):  # a full disk: what the history holds
+        hint = hint.replace("free some space", f"free some space {history}")
     return f"Could not save {path} ({step}): {strerror}. {outcome}; {hint}, then set the value again."
 
 
@@ -204,12 +206,12 @@ def store_with_old_value(path: Path) -> tuple[StatusStore, bytes]:
     return store, path.read_bytes()
 
 
-def assert_error(exc: TrainingStatusWriteError, injected: OSError, path: Path, step: str) -> None:
+def assert_error(exc: TrainingStatusWriteError, injected: OSError, path: Path, step: str, history: str = "") -> None:
     assert isinstance(exc, OSError)
     assert exc.errno == injected.errno
     assert exc.__cause__ is injected
     assert exc.path == str(path)
-    assert str(exc) == write_error_message(str(path), step, os.strerror(injected.errno), injected.errno)  # type: ignore[arg-type]
+    assert str(exc) == write_error_message(str(path), step, os.strerror(injected.errno), injected.errno, history)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("err", ERRNOS, ids=errno_id)
@@ -280,12 +282,17 @@ def test_store_set_directory_sync_fault_keeps_new_content(
 ) -> None:
     reliability.add("faults", 1, source="test_atomic.py")
     path = tmp_path / "status.json"
-    store, _ = store_with_old_value(path)
+    store, before = store_with_old_value(path)
     with monkeypatch.context() as mp:
         injected = inject(mp, "sync_directory", os_error(err))
         with pytest.raises(TrainingStatusWriteError) as info:
             store.set("Walker", "lesson", 2)
-    assert_error(info.value, injected, path, SYNCING_DIRECTORY)  # type: ignore[arg-type]
+    # The rename is done: the version it replaced is in the history, which a full disk names.
+    size = len(before)
+    history = (f"(the history beside the file holds 1 earlier version, .status.json.history-00000001, {size} bytes "
+               f"together: `trainstatus history {path} --prune --keep 0` removes it, and a store opened with a "
+               "smaller history= keeps fewer)")
+    assert_error(info.value, injected, path, SYNCING_DIRECTORY, history)  # type: ignore[arg-type]
     assert "may not survive a power loss" in str(info.value)
     assert read_fresh(path)["Walker"] == {"lesson": 2}
     assert store.get("Walker", "lesson") == 2

@@ -74,6 +74,14 @@ def error(message: str) -> str:
     return f"trainstatus: error: {message}\n"
 
 
+def cli_style(message: str) -> str:
+    """A library message as the command line prints it: in lower case at first, no final period."""
+    first = message.split(" ", 1)[0]
+    if first.isalpha() and first[1:].islower():
+        message = message[0].lower() + message[1:]
+    return message.removesuffix(".")
+
+
 def snapshot(directory: Path) -> dict[str, bytes]:
     """Every name in ``directory`` (dot files included) with its bytes."""
     return {p.name: p.read_bytes() if p.is_file() else b"<dir>" for p in directory.iterdir()}
@@ -481,8 +489,8 @@ def test_set_of_an_integer_beyond_64_bits_is_one_line(tmp_path: Path) -> None:
     before = path.read_bytes()
     big = 2**64
     assert run("set", path, "c", "k", str(big)) == Result(2, "", error(
-        f"Cannot store c/k in {path}: the integer {big} is outside the 64-bit range that JSON readers "
-        "keep exactly; store it as a string (str(value)) instead. Nothing was written."))
+        f"cannot store c/k in {path}: the integer {big} is outside the 64-bit range that JSON readers "
+        "keep exactly; pass --string to store VALUE as text instead. Nothing was written"))
     assert path.read_bytes() == before
 
 
@@ -504,7 +512,7 @@ def test_set_on_a_damaged_file_keeps_it_aside_and_warns_in_one_line(tmp_path: Pa
         f"created {path}\nwall_height/lesson_num: (not set) -> 2\n",
         f"trainstatus: warning: {path} was damaged (category 'Walker' is an array, not an object); it "
         f"was kept, byte for byte, as {aside} and the store starts empty. Inspect that file to recover "
-        "anything newer.\n",
+        "anything newer\n",
     )
     assert read_fresh(path)["wall_height"] == {"lesson_num": 2}
 
@@ -531,7 +539,7 @@ def test_set_with_a_soft_lock_waits_for_a_lease_held_on_another_machine(tmp_path
         expected = soft_message(path, 0.5, holder.pid)
         expected = expected.replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout")
         assert "pass a longer --lock-timeout" in expected
-        assert result == Result(2, "", error(expected))
+        assert result == Result(2, "", error(cli_style(expected)))
     assert run("set", "--lock", "soft", path, "wall_height", "lesson_num", "0").code == 0
     assert read_fresh(path)["wall_height"] == {"lesson_num": 0}
     assert not Path(f"{path}.softlock").exists()  # the lease is given back
@@ -786,11 +794,11 @@ def test_check_reasons_are_the_loaders_words() -> None:
 
 
 def library_warning(metadata: Any, path: Path) -> str:
-    """The loader's own words for this metadata (its text is the library's, not the CLI's)."""
+    """The loader's own words for this metadata, as the command line prints them (``cli_style``)."""
     with pytest.warns(TrainingStatusVersionWarning) as caught:
         check_metadata(metadata, {}, location=str(path))
     (warning,) = caught
-    return str(warning.message)
+    return cli_style(str(warning.message))
 
 
 @pytest.mark.parametrize(("metadata", "start"), [

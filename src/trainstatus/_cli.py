@@ -9,14 +9,15 @@ and change nothing: no store is opened, so a damaged file is not moved aside, no
 no stale temp file is removed. Changing commands (``set``, ``delete``) go through a
 ``StatusStore``, so they are locked, atomic and durable like any trainer's write and safe while a
 trainer runs. ``corrupt restore`` writes a kept-aside copy back byte for byte under the same lock
-and with the same write protocol, keeping the file it replaces aside first.
+and with the same write protocol, keeping the file it replaces aside first; ``restore``
+(``_cli_history``) does the same with a version from the history.
 
 Output: results on stdout; errors as one line ``trainstatus: error: ...`` and library warnings as
 one line ``trainstatus: warning: ...`` on stderr, never a traceback. Exit status: 0 success (a
 sound file for ``check``); 1 ``get``/``delete`` of a key that is not set, or ``check`` found
 warnings; 2 an error (missing, unreadable or damaged file, bad value, reserved category, lock held
 too long, bad usage, a URL for PATH), or ``check`` found the file corrupt, unreadable or holding a
-name twice in one object.
+name twice in one object; 130 interrupted by Ctrl-C (one line, ``trainstatus: interrupted``).
 
 Importing this module stays cheap: argparse, json and trainstatus itself, never numpy.
 """
@@ -30,6 +31,7 @@ import json
 import math
 import os
 import re
+import shlex
 import stat
 import sys
 import time
@@ -42,12 +44,16 @@ from ._cli_base import (
     EXIT_NOT_SET,
     EXIT_OK,
     EXIT_WARNINGS,
+    LONG_VALUE,
     MISSING,
     _duplicate_problem,
     _cli_words,
+    _cut,
     _Fail,
+    _file_in_the_way,
     _json,
     _label,
+    _missing,
     _plural,
     _read_bytes,
     _read_status,
@@ -154,8 +160,47 @@ _JSON_WORDS = {"true", "false", "null", "NaN", "Infinity", "-Infinity"}
 _JSON_START = re.compile(r'\s*[\[{"0-9-]')
 
 
+def _shown(text: str) -> str:
+    """VALUE as an error shows it: a long one cut (it may be megabytes read from stdin)."""
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _fail_value(text: str, problem: str, remedy: str) -> _Fail:
-    return _Fail(f"VALUE {text!r} {problem}; nothing was changed. {remedy}")
+    return _Fail(f"VALUE {_shown(text)!r} {problem}; nothing was changed. {remedy}")
+
+
+class _OutOfRange(Exception):
+    def __init__(self, number: str, kind: str, meant: str) -> None:
+        self.number = number
+        self.kind = kind
+        self.meant = meant  # what to write if that is the value meant
+
+
+def _finite(number: str) -> float:
+    """A JSON number as a float, unless it is too large (read as Infinity) or too small (read as 0).
+
+    The literals NaN, Infinity and -Infinity do not pass here (json's parse_constant takes them):
+    written out, they are what the user meant.
+    """
+    value = float(number)
+    if math.isinf(value):
+        meant = "-Infinity" if value < 0 else "Infinity"
+        raise _OutOfRange(number, f"too large for a float: it would be stored as {meant}", meant)
+    mantissa = re.split("[eE]", number)[0]
+    if value == 0 and re.search("[1-9]", mantissa):
+        raise _OutOfRange(number, "too small for a float: it would be stored as 0", "0")
+    return value
+
+
+def _read_stdin() -> str:
+    """VALUE ``-``: the value from standard input, without the newline that ends its last line."""
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Fail(f"VALUE - (standard input) is not UTF-8 text: {exc.reason} at byte {exc.start}; "
+                    "nothing was changed") from None
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
 
 
 def _parse_value(text: str) -> Any:
@@ -166,7 +211,12 @@ def _parse_value(text: str) -> Any:
         raise _fail_value(text, f"is Python's spelling; JSON's is {spelling}",
                           f"Pass {spelling}, or pass --string to store the text {text!r}")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_finite)
+    except _OutOfRange as exc:
+        held = "is" if exc.number == word else f"holds {exc.number},"
+        raise _fail_value(text, f"{held} a number {exc.kind}",
+                          f"Write {exc.meant} if that is what you mean, or pass --string to store the text as it "
+                          "is") from None
     except RecursionError:
         raise _Fail("VALUE is nested too deeply to be stored") from None
     except json.JSONDecodeError as exc:
@@ -244,9 +294,13 @@ def _reserved(exc: TrainingStatusValueError, args: argparse.Namespace) -> _Fail 
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    value = args.value if args.string else _parse_value(args.value)
+    text = _read_stdin() if args.value == "-" else args.value
+    value = text if args.string else _parse_value(text)
     directory, _ = _target(args.path)
     if not os.path.isdir(directory):
+        blocking = _file_in_the_way(args.path)
+        if blocking is not None:
+            raise _Fail(f"cannot create {args.path}: {blocking} is a file, not a directory; nothing was changed")
         raise _Fail(
             f"cannot create {args.path}: the directory {directory} does not exist; "
             "create it first (mkdir -p)"
@@ -265,14 +319,25 @@ def _cmd_set(args: argparse.Namespace) -> int:
         store.close()
     if created:
         print(f"created {args.path}")
-    before = "(not set)" if old is MISSING else _json(old)
-    print(f"{_where(args.category, args.key)}: {before} -> {_json(value)}")
+    before = "(not set)" if old is MISSING else _cut_old(_json(old), args.path)
+    print(f"{_where(args.category, args.key)}: {before} -> {_cut(_json(value), args.path, args.category, args.key)}")
     return EXIT_OK
+
+
+def _cut_old(text: str, path: str, *, within: bool = False) -> str:
+    """A replaced value as shown: cut like ``_cut``, pointing at the history that keeps it.
+
+    ``within``: the text is shown inside parentheses already (no second pair for the note).
+    """
+    if len(text) <= LONG_VALUE:
+        return text
+    note = f"cut: {len(text):,} characters; `{PROG} diff {shlex.quote(path)}` shows it whole"
+    return f"{text[:LONG_VALUE]}... {note}" if within else f"{text[:LONG_VALUE]}... ({note})"
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
     if not os.path.exists(args.path):
-        raise _Fail(f"no status file at {args.path}")
+        raise _Fail(_missing(args.path))
     store = _open_store(args)
     try:
         with store.transaction():
@@ -289,7 +354,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             f"{_where(args.category, args.key)} is not set in {args.path}; nothing was changed",
             EXIT_NOT_SET,
         )
-    print(f"deleted {_where(args.category, args.key)} (was {_json(old)})")
+    # The whole old value stays in the history: `trainstatus diff` shows it.
+    print(f"deleted {_where(args.category, args.key)} (was {_cut_old(_json(old), args.path, within=True)})")
     return EXIT_OK
 
 
@@ -502,16 +568,29 @@ def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
     return sorted(found)
 
 
-def _check_files(report: _Report, document: Document, root: str | None) -> None:
+def _root(root: str | None) -> str | None:
+    """``--root DIR``, which must be a directory: else every relative path would look missing."""
+    if root is not None and not os.path.isdir(root):
+        what = "is not a directory" if os.path.exists(root) else "does not exist"
+        raise _Fail(f"--root {root} {what}: give the directory the checkpoint paths listed in the file "
+                    "are relative to (where mlagents-learn ran)")
+    return root
+
+
+def _check_files(report: _Report, document: Document, path: str, root: str | None) -> None:
     """``check --files``: every file a checkpoint entry lists must exist (a warning each if not)."""
     categories = {c: {k: decode(e) for k, e in entries.items()} for c, entries in document.categories.items()}
     listed = sum(len(paths) for _, _, paths in _checkpoints._listed(categories))
     where = f"under {root}" if root is not None else "under the current directory"
     missing = _checkpoints.missing_files(categories, root)
+    rooted = [] if root is None else ["--root", root]
     for category, key, file_path in missing:
+        if key == _checkpoints.FINAL_CHECKPOINT:
+            fix = f"`{shlex.join([PROG, 'delete', path, category, key])}` removes it"
+        else:
+            fix = f"`{shlex.join([PROG, 'prune-missing', *rooted, path])}` removes such entries"
         report("warning", f"{_where(category, key)} lists {file_path}, which does not exist ({where}); "
-                          f"a resume from it fails: remove the entry (CheckpointList.prune_missing()) or "
-                          f"put the file back")
+                          f"a resume from it fails: put the file back, or {fix}")
     if not missing:
         report("ok", f"every checkpoint file listed exists ({_plural(listed, 'file')}, {where})")
 
@@ -519,6 +598,7 @@ def _check_files(report: _Report, document: Document, root: str | None) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.root is not None and not args.files:
         raise _Fail("--root is where --files looks for relative checkpoint paths: pass --files too")
+    _root(args.root)
     path = args.path
     report = _Report()
     directory, name = _target(path)
@@ -550,7 +630,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             if not caught:
                 report("ok", f"format version {STATUS_FORMAT_VERSION}")
             if args.files:
-                _check_files(report, document, args.root)
+                _check_files(report, document, path, args.root)
     if args.files and (unreadable or report.status == EXIT_ERROR):
         report("info", "checkpoint files not checked (--files): the file is not a readable status document")
 
@@ -591,8 +671,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except OSError:  # an unreadable directory: the findings above say so already
         versions = []
     if versions:
-        report("info", f"{_plural(len(versions), 'earlier version')} kept in the history "
-                       f"(numbers {versions[0].sequence} to {versions[-1].sequence}); see `{PROG} history`")
+        numbers = (f"number {versions[0].sequence}" if len(versions) == 1
+                   else f"numbers {versions[0].sequence} to {versions[-1].sequence}")
+        report("info", f"{_plural(len(versions), 'earlier version')} kept in the history ({numbers}); "
+                       f"see `{PROG} history`")
 
     if unreadable:
         verdict = "unreadable"
@@ -614,7 +696,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_corrupt_list(args: argparse.Namespace) -> int:
     directory, name = _target(args.path)
     copies = _copies(directory, name)
+    exists = os.path.lexists(args.path)
     if not copies:
+        if not exists:
+            raise _Fail(_missing(args.path))
         print(f"no copies of {args.path} are kept aside")
         return EXIT_OK
     shown = _shown_directory(args.path, directory)
@@ -638,6 +723,8 @@ def _cmd_corrupt_list(args: argparse.Namespace) -> int:
     size_width = max(len(row[1]) for row in rows)
     for copy_path, size, state in rows:
         print(f"{copy_path:<{name_width}}  {size:>{size_width}}  {state}")
+    if not exists:  # a store moved the damaged file aside and has not written since: not an error
+        print(f"({_missing(args.path)} now; `{PROG} corrupt restore {args.path} COPY` puts a copy back)")
     return EXIT_OK
 
 

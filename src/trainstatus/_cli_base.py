@@ -12,12 +12,14 @@ import argparse
 import errno as errno_codes
 import json
 import os
+import shlex
+import signal
 import stat
 import sys
 import warnings
 
 from ._cli_main import PROG
-from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusVersionWarning, TrainingStatusWarning
+from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusWarning
 from ._load import DOWNGRADE_ADVICE, Duplicate
 from ._location import file_url_advice, is_s3_url, url_scheme
 
@@ -25,12 +27,13 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of 
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-__all__ = ["EXIT_ERROR", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "run"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "run"]
 
 EXIT_OK = 0
 EXIT_NOT_SET = 1  # get/delete of a key that is not set
 EXIT_WARNINGS = 1  # check: sound, with warnings
 EXIT_ERROR = 2  # check: corrupt or unreadable; every other command: an error
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports a program SIGINT ended)
 
 MISSING = object()  # the default of a lookup: no stored value is this object
 
@@ -50,10 +53,25 @@ def _json(value: Any, *, indent: int | None = None) -> str:
 
 
 def _label(name: str) -> str:
-    """A category or key as shown: itself, or JSON-quoted when it would not read as one word."""
-    if name and name.isprintable() and name.strip() == name:
+    """A category or key as shown: itself, or JSON-quoted when it would not read as one name.
+
+    Quoted too: a name holding the separators of the output (``category/key``, ``key: value``) or
+    starting with a quote, so that ``a/b`` as one key never reads as category ``a``, key ``b``.
+    """
+    if name and name.isprintable() and name.strip() == name and not any(c in name for c in '/:"'):
         return name
     return _json(name)
+
+
+LONG_VALUE = 300  # characters of a value shown on one line before it is cut
+
+
+def _cut(text: str, path: str, category: str, key: str) -> str:
+    """A value's JSON as shown, cut after ``LONG_VALUE`` characters with how to get all of it."""
+    if len(text) <= LONG_VALUE:
+        return text
+    command = shlex.join([PROG, "get", path, category, key])
+    return f"{text[:LONG_VALUE]}... (cut: {len(text):,} characters; `{command}` prints it whole)"
 
 
 def _where(category: str, key: str) -> str:
@@ -82,9 +100,29 @@ def _read_bytes(path: str) -> bytes:
         os.close(fd)
 
 
+def _file_in_the_way(path: str) -> str | None:
+    """The nearest folder above ``path`` that is a file (``a.json/x.json``), if one is."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.lexists(parent):
+            return None if os.path.isdir(parent) else parent
+        above = os.path.dirname(parent)
+        if above == parent:
+            return None
+        parent = above
+
+
+def _missing(path: str) -> str:
+    """Why there is no status file at ``path``: nothing there, or a file where a folder should be."""
+    blocking = _file_in_the_way(path)
+    if blocking is not None:
+        return f"no status file at {path}: {blocking} is a file, not a directory"
+    return f"no status file at {path}"
+
+
 def _unreadable(path: str, exc: OSError) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return f"no status file at {path}"
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)) and not os.path.isdir(path):
+        return _missing(path)
     if isinstance(exc, IsADirectoryError):
         return f"cannot read {path}: it is a directory, not a status file"
     return f"cannot read {path}: {exc.strerror or exc}"
@@ -128,18 +166,36 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
+# What the library advises in Python, and the command line's way of doing it.
+_PYTHON_ADVICE = {
+    DOWNGRADE_ADVICE: "unless set or delete is given --allow-downgrade",
+    "store it as a string (str(value)) instead": "pass --string to store VALUE as text instead",
+}
+
+
 def _cli_words(message: str) -> str:
-    """A library message with the command line's flag where it names the Python keyword."""
-    return message.replace(DOWNGRADE_ADVICE, "unless set or delete is given --allow-downgrade")
+    """A library message in the command line's style and words.
+
+    The library writes sentences ("Could not save ...: Permission denied. ... then set the value
+    again."); the command line's own messages follow ``trainstatus: error:`` as one line that starts
+    in lower case and ends without a period, as argparse's do. Where the library names the Python
+    way (a keyword, ``str(value)``) the command line's flag is named instead.
+    """
+    for python, command_line in _PYTHON_ADVICE.items():
+        message = message.replace(python, command_line)
+    message = " ".join(message.split())  # one line
+    first = message.split(" ", 1)[0]
+    if first[:1].isupper() and first[1:].islower() and first.isalpha():  # "Could", not "StatusStore(" or a path
+        message = message[0].lower() + message[1:]
+    return message[:-1] if message.endswith(".") and not message.endswith("..") else message
+
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: TextIO | None = None, line: str | None = None) -> None:
     if issubclass(category, TrainingStatusWarning):
         text = str(message)
-        if issubclass(category, TrainingStatusVersionWarning):
-            text = _cli_words(text)
-        print(f"{PROG}: warning: {text}", file=sys.stderr)
+        print(f"{PROG}: warning: {_cli_words(text)}", file=sys.stderr)
     else:
         _default_show_warning(message, category, filename, lineno, file, line)
 
@@ -155,6 +211,17 @@ def _describe_os_error(exc: OSError) -> str:
     return str(exc)
 
 
+def _python_sigint() -> None:
+    """Put Python's SIGINT handler back in place of the console script's first one.
+
+    ``_trainstatus_cli`` handles Ctrl-C from the start by exiting at once; from here on it raises
+    ``KeyboardInterrupt`` instead, which a store holds back until a write in progress is done and
+    ``run`` turns into the same one line.
+    """
+    if getattr(signal.getsignal(signal.SIGINT), "trainstatus_early", False):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command ``_cli_main.main`` parsed; return the exit status."""
     for stream in (sys.stdout, sys.stderr):
@@ -166,7 +233,12 @@ def run(args: argparse.Namespace) -> int:
         warnings.showwarning = _show_warning
         try:
             _local_only(getattr(args, "path", ""))
-            status: int = args.run(args)
+            command = args.run
+            load = getattr(command, "load", None)
+            if load is not None:
+                command = load()  # its imports (orjson's) under the console script's first handler
+            _python_sigint()
+            status: int = command(args)
             sys.stdout.flush()
             return status
         except _Fail as exc:
@@ -175,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         except TrainingStatusLockTimeout as exc:
             if getattr(args, "lock", "flock") == "soft":
                 # A soft lock's own message names the lease file and its holder (pid and host).
-                _error(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout"))
+                _error(_cli_words(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout")))
             else:
                 from ._cli import _lock_timeout_message  # a lock was taken: _cli is loaded
 
@@ -187,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             return EXIT_ERROR
         except (TrainingStatusError, OSError) as exc:
-            _error(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
+            _error(_cli_words(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc)))
             return EXIT_ERROR
         except KeyboardInterrupt:
-            return 130
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED

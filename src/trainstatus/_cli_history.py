@@ -15,12 +15,12 @@ import warnings
 
 from . import _history
 from ._cli import _shown_directory, _target
-from ._cli_base import EXIT_OK, _Fail, _json, _label, _plural, _read_bytes, _unreadable
+from ._cli_base import EXIT_OK, _Fail, _json, _label, _missing, _plural, _read_bytes, _unreadable
 from ._cli_main import CURRENT as _CURRENT
 from ._cli_main import PROG
 from ._codec import Entry, decode
 from ._load import Corrupt, Document, load_document
-from ._storage import LocalFile
+from ._storage import LocalFile, byte_size
 from ._store import DEFAULT_HISTORY
 
 __all__ = ["_cmd_diff", "_cmd_history", "_cmd_restore"]
@@ -38,8 +38,8 @@ def _written(mtime_ns: int) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC"
 
 
-def _pick(path: str, which: str, versions: list[_history.Version]) -> tuple[str, bytes]:
-    """(label, bytes) of version ``which``: a number from ``history``, or ``current``."""
+def _pick(path: str, which: str, versions: list[_history.Version], *, current: bool = True) -> tuple[str, bytes]:
+    """(label, bytes) of version ``which``: a number from ``history``, or ``current`` (if ``current``)."""
     if which == _CURRENT:
         try:
             return _CURRENT, _read_bytes(path)
@@ -48,8 +48,8 @@ def _pick(path: str, which: str, versions: list[_history.Version]) -> tuple[str,
     try:
         sequence = int(which)
     except ValueError:
-        raise _Fail(f"{which!r} is not a version: give a number from `{PROG} history {path}`, or "
-                    f"{_CURRENT!r} for the file itself") from None
+        also = f", or {_CURRENT!r} for the file itself" if current else ""
+        raise _Fail(f"{which!r} is not a version: give a number from `{PROG} history {path}`{also}") from None
     for version in versions:
         if version.sequence == sequence:
             try:
@@ -85,9 +85,7 @@ def _changes(old: Document, new: Document) -> list[tuple[str, str, str, Entry | 
     return found
 
 
-def _changed_keys(old: Document | None, new: Document) -> str:
-    if old is None:
-        return "(the oldest kept)"
+def _changed_keys(old: Document, new: Document) -> str:
     changes = _changes(old, new)
     if not changes:
         return "(no key changed)"
@@ -98,7 +96,39 @@ def _changed_keys(old: Document | None, new: Document) -> str:
 # -- history ----------------------------------------------------------------------------------
 
 
+def _prune(args: argparse.Namespace) -> int:
+    """``history --prune --keep N``: remove all but the newest N versions (no lock needed: writers
+    prune the same way, and a version another writer adds meanwhile is simply one more kept)."""
+    if args.keep is None:
+        raise _Fail("--prune needs --keep N: how many of the newest versions to keep (0: none)")
+    versions = _versions(args.path)
+    removed = versions[: max(0, len(versions) - args.keep)]
+    if not removed:
+        print(f"nothing to remove: {_plural(len(versions), 'earlier version')} of {args.path} kept, "
+              f"--keep {args.keep}")
+        return EXIT_OK
+    freed = 0
+    for version in removed:
+        try:
+            os.unlink(version.path)
+        except FileNotFoundError:
+            continue  # pruned by a writer meanwhile
+        except OSError as exc:
+            raise _Fail(f"cannot remove version {version.sequence} ({version.path}): {exc.strerror or exc}; "
+                        f"{_plural(removed.index(version), 'version')} removed before it") from None
+        freed += version.size
+    numbers = str(removed[0].sequence) if len(removed) == 1 else f"{removed[0].sequence} to {removed[-1].sequence}"
+    left = len(versions) - len(removed)
+    print(f"removed {_plural(len(removed), 'earlier version')} of {args.path} ({numbers}, {byte_size(freed)}); "
+          f"{_plural(left, 'version')} kept")
+    return EXIT_OK
+
+
 def _cmd_history(args: argparse.Namespace) -> int:
+    if args.prune or args.keep is not None:
+        if not args.prune:
+            raise _Fail("--keep is how many versions --prune keeps: pass --prune too")
+        return _prune(args)
     versions = _versions(args.path)
     rows: list[tuple[str, str, str, bytes | None]] = []
     for version in versions:
@@ -107,37 +137,45 @@ def _cmd_history(args: argparse.Namespace) -> int:
         except OSError:
             data = None  # pruned since the listing
         rows.append((str(version.sequence), _written(version.mtime_ns), "", data))
+    missing = False
     try:
         current = _read_bytes(args.path)
         rows.append((_CURRENT, _written(os.stat(args.path).st_mtime_ns), "", current))
-    except FileNotFoundError:
-        pass
+    except (FileNotFoundError, NotADirectoryError):
+        missing = True
     except OSError as exc:
         raise _Fail(_unreadable(args.path, exc)) from None
     if not versions:
+        if missing:
+            raise _Fail(_missing(args.path))
         print(f"no earlier versions of {args.path} are kept (a store keeps them from its next write "
               "unless opened with history=0)")
         return EXIT_OK
     table = []
     previous: Document | None = None
+    before = "(the oldest kept)"  # what the first row is compared with
     for label, written, _, data in rows:
         if data is None:
             table.append((label, written, "-", "(removed while listing)"))
-            previous = None
+            previous, before = None, "(the version before was removed while listing)"
             continue
         try:
             document: Document | None = load_document(data)
         except Corrupt as exc:
             table.append((label, written, _plural(len(data), "byte"), f"damaged: {exc.reason}"))
-            previous = None
+            previous, before = None, "(the version before is damaged: nothing to compare with)"
             continue
         assert document is not None
-        table.append((label, written, _plural(len(data), "byte"), _changed_keys(previous, document)))
+        table.append((label, written, _plural(len(data), "byte"),
+                      before if previous is None else _changed_keys(previous, document)))
         previous = document
     headers = ("VERSION", "WRITTEN", "SIZE", "KEYS CHANGED FROM THE VERSION BEFORE")
     widths = [max(len(row[i]) for row in [headers, *table]) for i in range(3)]
     for row in [headers, *reversed(table)]:  # newest first
         print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}")
+    if missing:  # what is left of it: a resume, or `restore`, puts the newest back
+        print(f"({_missing(args.path)} now; `{PROG} restore {args.path} {versions[-1].sequence}` puts the newest "
+              "version back, as a store opened with resume=True does)")
     return EXIT_OK
 
 
@@ -148,6 +186,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     versions = _versions(args.path)
     if args.old is None:
         if not versions:
+            if not os.path.lexists(args.path):
+                raise _Fail(_missing(args.path))
             raise _Fail(f"{args.path} has no earlier version kept to compare with; give two versions")
         args.old = str(versions[-1].sequence)
     new_label, new_data = _pick(args.path, args.new or _CURRENT, versions)
@@ -179,24 +219,28 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     versions = _versions(args.path)
     if args.version == _CURRENT:
         raise _Fail(f"{_CURRENT!r} is the file itself: give a version number from `{PROG} history {args.path}`")
-    label, data = _pick(args.path, args.version, versions)
+    label, data = _pick(args.path, args.version, versions, current=False)
     document = _document(label, data)
     directory, name = _target(args.path)
     # As for set and delete (_cli._open_store): as many versions as there are, at least the
     # default, whatever history= the trainers use.
     storage = LocalFile(os.path.join(directory, name), durable=True, lock=args.lock,
                         history=max(DEFAULT_HISTORY, len(versions)))
+    kept: _history.Version | None = None
     try:
         with storage.lock(args.lock_timeout, configured=args.lock_timeout):
-            storage.read()  # the version now in place, kept in the history by the write
+            replaced = storage.read()  # the version now in place, kept in the history by the write
             storage.replace(data)  # temp file, fsync, rename, directory fsync: a new version
             unkept = storage.take_warning()
+            if replaced is not None and unkept is None:
+                # Under the lock no other writer adds a version: the newest is the one this write
+                # kept. Listed after the lock is released, another writer's could be newer.
+                listed = _history.versions(directory, name)
+                kept = listed[-1] if listed else None
             if unkept is not None:
                 warnings.warn(unkept, stacklevel=1)
     finally:
         storage.close()
-    after = _history.versions(directory, name)
-    kept = next((v for v in reversed(after) if v.sequence not in {w.sequence for w in versions}), None)
     keys = sum(len(entries) for entries in document.categories.values())
     print(f"restored {args.path} to {label} ({_plural(keys, 'key')}, {_plural(len(data), 'byte')}); "
           "running trainers see it at their next write, like any other writer's change")

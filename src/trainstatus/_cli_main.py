@@ -36,10 +36,14 @@ class _Command:
         self.module = module
         self.function = function
 
-    def __call__(self, args: argparse.Namespace) -> int:
+    def load(self) -> Callable[[argparse.Namespace], int]:
+        """The function, its module imported (orjson with it, for all but show and get)."""
         run: Callable[[argparse.Namespace], int] = getattr(
             importlib.import_module(f".{self.module}", __package__), self.function)
-        return run(args)
+        return run
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return self.load()(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,12 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 _TOP_EPILOG = """\
-commands that change the file (set, delete, corrupt restore) take the lock beside it and write
-atomically and durably, like a trainer's own writes; the others only read.
+commands that change the file (set, delete, restore, prune-missing, corrupt restore) take the lock
+beside it and write atomically and durably, like a trainer's own writes; the others only read (history --prune
+removes earlier versions kept beside the file, never the file).
 
 exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: warnings;
 2 an error (missing, unreadable or damaged file, bad value, lock held too long, bad usage),
-check: corrupt, unreadable or a name given more than once.
+check: corrupt, unreadable or a name given more than once; 130 interrupted (Ctrl-C).
 
 PATH is a local file; s3:// and other URLs are refused (open s3:// from Python).
 
@@ -73,6 +78,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text!r}")
     return value
 
 
@@ -142,7 +157,9 @@ def _parser() -> argparse.ArgumentParser:
 
     show = command("show", _Command("_cli_read", "_cmd_show"), "print the file grouped by category, metadata first", """\
 checkpoint lists (lists of objects with "steps" and "file_path") are summarised: how many,
-the newest step and its file. Reads only; warns about the format version like a store would.
+the newest step and its file. A value longer than 300 characters is cut, with the `get` command
+that prints it whole. A name holding /, : or " is shown JSON-quoted ("a/b" is one name). Reads
+only; warns about the format version like a store would.
 
 examples:
   trainstatus show results/run1/run_logs/training_status.json
@@ -171,11 +188,14 @@ how VALUE is read:
   - as JSON: 3, -2.5, true, false, null, "text", [1, 2], {"steps": 10}, and NaN, Infinity,
     -Infinity as Python's json and ML-Agents write them. An object may not give a key twice.
   - a VALUE that starts with [, {, ", a digit or - (after spaces) must be valid JSON: if it is
-    not, nothing is written and the error says where it fails.
+    not, nothing is written and the error says where it fails. A number too large for a float
+    (1e400) or too small (1e-400) is an error too: write Infinity or 0 if that is what you mean.
   - Python's spellings (True, None, nan, inf and other cases of them) and numbers JSON does not
     write that way (+5, .5, 1_000, 007) are errors naming the JSON spelling.
   - any other text (hello, Walker-500000.onnx, an empty string) is stored as that string.
   - --string stores VALUE as the string it is, whatever it looks like.
+  - VALUE - reads the value from standard input (read as above; the newline that ends its last
+    line is dropped): for values longer than a command line takes (about 128 KB).
 A VALUE that starts with "-" (other than a plain negative number such as -3) goes after --.
 The file is created when absent (its directory must exist). Prints the old and new value.
 A file of a newer format version is not rewritten unless --allow-downgrade is given.
@@ -184,11 +204,12 @@ examples:
   trainstatus set results/run1/run_logs/training_status.json wall_height lesson_num 2
   trainstatus set results/run1/run_logs/training_status.json Walker note --string True
   trainstatus set results/run1/run_logs/training_status.json SoccerTwos elo -- -Infinity
+  jq -c .Walker.checkpoints old.json | trainstatus set results/run1/run_logs/training_status.json Walker checkpoints -
 """, parents=[locking, writing])
     set_.add_argument("path", metavar="PATH", help="the status file")
     set_.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name ('metadata' is reserved)")
     set_.add_argument("key", metavar="KEY")
-    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below)")
+    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below); - reads it from standard input")
     set_.add_argument("--string", action="store_true", help="store VALUE as a string, never as JSON")
 
     delete = command("delete", _Command("_cli", "_cmd_delete"), "remove one key (locked, atomic, durable)", """\
@@ -226,9 +247,25 @@ examples:
                        help="with --files: the directory relative file paths are under (default: the "
                             "current directory, as mlagents-learn resolves them)")
 
+    prune = command("prune-missing", _Command("_cli_checkpoints", "_cmd_prune_missing"),
+                    "drop the checkpoint entries whose files are gone (locked, atomic, durable)", """\
+each behavior's checkpoints list loses the entries whose main or auxiliary file is missing (what
+`check --files` warns about), so that a resume never picks a checkpoint that cannot be loaded; the
+files of the entries kept are not touched. A final_checkpoint naming a missing file is reported,
+not removed (`trainstatus delete PATH CATEGORY final_checkpoint` removes it).
+
+example:
+  trainstatus prune-missing --root ~/ml-agents results/run1/run_logs/training_status.json
+""", parents=[locking, writing])
+    prune.add_argument("path", metavar="PATH", help="the status file")
+    prune.add_argument("--root", metavar="DIR",
+                       help="the directory relative file paths are under (default: the current directory, "
+                            "as mlagents-learn resolves them)")
+
     corrupt = command("corrupt", _Command("_cli", "_no_subcommand"), "list or restore copies kept aside", """\
 a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and
-starts empty; restore also keeps the file it replaces under such a name.
+starts from the newest intact version in its history (empty without one); corrupt restore also
+keeps the file it replaces under such a name.
 
 examples:
   trainstatus corrupt list results/run1/run_logs/training_status.json
@@ -267,12 +304,21 @@ def _history_commands(command: Callable[..., argparse.ArgumentParser], locking: 
 a store keeps the version each write replaces as .<file>.history-<n> beside the file (the newest
 20 by default; StatusStore(..., history=N), history=0 for none). One line per version, newest
 first: its number, when it was written, its size and which keys changed from the version before.
-Reads only.
+Reads only, unless --prune is given.
 
-example:
+On disk the history costs up to as many times the file's size as versions are kept (about 21
+times the file with the default 20, the file included). --prune --keep N removes all but the
+newest N versions now (--keep 0: all of them); trainers keep their own history= count from then on.
+
+examples:
   trainstatus history results/run1/run_logs/training_status.json
+  trainstatus history results/run1/run_logs/training_status.json --prune --keep 2
 """)
     history.add_argument("path", metavar="PATH", help="the status file")
+    history.add_argument("--prune", action="store_true",
+                         help="remove the oldest versions, keeping the newest --keep N (to free space)")
+    history.add_argument("--keep", type=_count, metavar="N",
+                         help="with --prune: how many of the newest versions to keep (0: none)")
 
     diff = command("diff", _Command("_cli_history", "_cmd_diff"), "compare two versions key by key", """\
 OLD and NEW are version numbers from `trainstatus history`, or "current" (the file itself).

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 import argparse
 import math
-from ._cli_base import EXIT_NOT_SET, EXIT_OK, MISSING, _duplicate_problem, _Fail, _json, _label, _plural, _read_status, _where
+from ._cli_base import (
+    EXIT_NOT_SET,
+    EXIT_OK,
+    MISSING,
+    _cut,
+    _duplicate_problem,
+    _Fail,
+    _json,
+    _label,
+    _plural,
+    _read_status,
+    _where,
+)
 from ._cli_main import PROG
 from ._errors import TrainingStatusWarning, warn
 from ._load import METADATA, Corrupt, Values, check_metadata, load_values
@@ -69,13 +81,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
         lines.append("metadata: none (the file has no metadata block)")
     else:
         lines.append("metadata:")
-        lines.extend(f"  {_label(field)}: {_json(value)}" for field, value in values.metadata.items())
+        lines.extend(f"  {_label(field)}: {_cut(_json(value), args.path, METADATA, field)}"
+                     for field, value in values.metadata.items())
     for category, keys in values.categories.items():
         if not keys:
             lines.append(f"{_label(category)}: (no keys)")
             continue
         lines.append(f"{_label(category)}:")
-        lines.extend(f"  {_label(key)}: {_summary(value)}" for key, value in keys.items())
+        lines.extend(f"  {_label(key)}: {_cut(_summary(value), args.path, category, key)}" for key, value in keys.items())
     for name in values.skipped:
         lines.append(f"{_label(name)}: (an entry of a newer format, not read by this trainstatus)")
     if not values.categories and not values.skipped:

@@ -24,7 +24,7 @@ from typing import ContextManager
 from . import _atomic, _history, _locking, _names
 from ._errors import TrainingStatusHistoryWarning, TrainingStatusReadError, TrainingStatusWarning, TrainingStatusWriteError
 
-__all__ = ["Conflict", "LocalFile", "Memory", "Storage", "default_file_mode"]
+__all__ = ["Conflict", "LocalFile", "Memory", "Storage", "byte_size", "default_file_mode"]
 
 logger = logging.getLogger("trainstatus")
 
@@ -254,6 +254,18 @@ class _Pin:
     def close(self) -> None:
         self.set(None)
         _locking.close_all(self.retired)  # at once: a closed store holds nothing open
+
+
+def byte_size(count: int) -> str:
+    """A size as people read it: 512 bytes, 44.0 KB, 3.2 MB."""
+    if count < 1024:
+        return f"{count} byte{'' if count == 1 else 's'}"
+    size = count / 1024
+    for unit in ("KB", "MB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 def _version(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -577,11 +589,29 @@ class LocalFile(Storage):
             logger.debug("could not list the history of %s: %s", self.location, exc)
             return []
 
+    def _history_space(self) -> str:
+        """On a full disk: what the history beside the file holds and how to free it ('' if none)."""
+        try:
+            kept = _history.versions(self._directory, self._name)
+        except OSError:
+            return ""
+        if not kept:
+            return ""
+        names = os.path.basename(kept[0].path)
+        if len(kept) > 1:
+            names += f" to {os.path.basename(kept[-1].path)}"
+        count = f"{len(kept)} earlier version{'s' if len(kept) > 1 else ''}"
+        keep, removes = (2, "all but the newest 2") if len(kept) > 2 else (0, "them" if len(kept) > 1 else "it")
+        return (f" (the history beside the file holds {count}, {names}, {byte_size(sum(v.size for v in kept))} "
+                f"together: `trainstatus history {self.location} --prune --keep {keep}` removes {removes}, "
+                "and a store opened with a smaller history= keeps fewer)")
+
     def _write_error(self, exc: OSError, step: str) -> TrainingStatusWriteError:
         # What to do; what happened is the error's own strerror, already in the message.
+        full = self._history_space() if exc.errno in (errno_codes.ENOSPC, errno_codes.EDQUOT) else ""
         what = {
-            errno_codes.ENOSPC: "the disk is full; free some space",
-            errno_codes.EDQUOT: "free some space or raise the quota",
+            errno_codes.ENOSPC: f"the disk is full; free some space{full}",
+            errno_codes.EDQUOT: f"free some space{full} or raise the quota",
             errno_codes.EROFS: "remount it writable or use another path",
             errno_codes.EACCES: "fix the permissions of the directory",
             errno_codes.EPERM: "fix the permissions of the directory",

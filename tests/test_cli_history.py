@@ -1,0 +1,214 @@
+"""The command line's ``restore``, ``history``, ``diff`` and the history's cost on disk.
+
+``restore`` writes the file like a trainer does: under the lock (a real process holds it here, on a
+real directory: flock does nothing under pyfakefs) and durably (the order of the fsyncs and the
+rename, recorded around the in-process ``main``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _cli, _history, _storage
+
+
+def kept(path: Path) -> list[_history.Version]:
+    _storage._closer.wait()  # pruning runs on the closer thread
+    return _history.versions(str(path.parent), path.name)
+
+
+def lessons(path: Path, count: int, **options: Any) -> list[bytes]:
+    """Lessons 0..count-1 set one write each; the bytes of each version written."""
+    written = []
+    with StatusStore(path, **options) as store:
+        for lesson in range(count):
+            store.set("wall_height", "lesson_num", lesson)
+            written.append(path.read_bytes())
+    return written
+
+
+HOLDER = """\
+import sys
+from trainstatus import StatusStore
+
+with StatusStore(sys.argv[1], durable=False) as store, store.transaction():
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@contextlib.contextmanager
+def held_by_another_process(path: Path) -> Iterator[None]:
+    """Another process in a transaction on ``path`` (so holding its lock) until the block ends."""
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "held\n"
+        yield
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0
+        child.stdout.close()  # type: ignore[union-attr]
+
+
+# -- restore: the lock, durability, the undo version -----------------------------------------------
+
+
+def test_restore_waits_for_a_lock_another_process_holds_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "status.json"
+    written = lessons(path, 3)
+    before = kept(path)
+    with held_by_another_process(path):
+        status = _cli.main(["restore", "--lock-timeout", "0.2", str(path), "1"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainstatus: error: could not lock {path} within 0.2 s: ") and err.count("\n") == 1
+    assert path.read_bytes() == written[-1]
+    assert kept(path) == before
+
+
+def test_restore_syncs_the_temp_file_before_the_rename_and_the_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "status.json"
+    written = lessons(path, 3)
+    steps: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def recording_fsync(fd: int) -> None:
+        steps.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def recording_replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        steps.append(("replace", os.fspath(dst)))
+        replace(src, dst, **kwargs)
+        steps.append(("replaced", os.fspath(src)))
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", recording_replace)
+    assert _cli.main(["restore", str(path), "1"]) == 0, capsys.readouterr().err
+    assert path.read_bytes() == written[0]
+    renames = [i for i, step in enumerate(steps) if step == ("replace", str(path))]
+    assert len(renames) == 1, steps
+    rename = renames[0]
+    temp = steps[rename + 1][1]
+    assert ("fsync", temp) in steps[:rename], steps  # the new bytes are on disk before their name
+    assert ("fsync", str(tmp_path)) in steps[rename + 1:], steps  # and the name after the rename
+
+
+def test_restore_names_the_version_it_replaced_while_other_writers_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 3)  # lesson 2 in the file; versions 1 and 2 hold lessons 0 and 1
+    lock = _storage.LocalFile.lock
+    replaced: list[bytes] = []
+
+    def write(elo: float) -> None:
+        monkeypatch.setattr(_storage.LocalFile, "lock", lock)  # the other writer's own lock
+        with StatusStore(path) as other:
+            other.set("Walker", "elo", elo)
+        monkeypatch.setattr(_storage.LocalFile, "lock", busy_lock)
+
+    @contextlib.contextmanager
+    def busy_lock(self: _storage.LocalFile, *args: Any, **kwargs: Any) -> Iterator[None]:
+        write(1200.0)  # a trainer writing just before restore takes the lock
+        with lock(self, *args, **kwargs):
+            replaced.append(path.read_bytes())
+            yield
+        write(1300.0)  # and just after it lets go
+
+    monkeypatch.setattr(_storage.LocalFile, "lock", busy_lock)
+    assert _cli.main(["restore", str(path), "1"]) == 0
+    out = capsys.readouterr().out
+    undo = out.split("to undo: ", 1)[1].split()
+    assert undo[:2] == ["trainstatus", "restore"]
+    number = int(undo[-1])
+    assert Path([v for v in kept(path) if v.sequence == number][0].path).read_bytes() == replaced[0]
+    assert f"kept as version {number};" in out
+
+
+# -- the history's cost on disk: a full disk names it, and the command line prunes it -------------
+
+
+def test_a_full_disk_names_the_history_and_how_to_prune_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 4)
+    size = sum(v.size for v in kept(path))
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_atomic, "write_all", full)
+    history = (f"(the history beside the file holds 3 earlier versions, .status.json.history-00000001 to "
+               f".status.json.history-00000003, {size} bytes together: `trainstatus history {path} --prune "
+               "--keep 2` removes all but the newest 2, and a store opened with a smaller history= keeps fewer)")
+    with StatusStore(path) as store, pytest.raises(TrainingStatusWriteError) as caught:
+        store.set("wall_height", "lesson_num", 9)
+    assert str(caught.value) == (
+        f"Could not save {path} (writing it): No space left on device. The file was left as it was; the "
+        f"disk is full; free some space {history}, then set the value again.")
+    assert _cli.main(["set", str(path), "wall_height", "lesson_num", "9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and history in err
+
+
+def test_a_full_disk_without_a_history_says_nothing_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 1)  # the first write replaces nothing: no history
+    assert kept(path) == []
+    monkeypatch.setattr(_atomic, "write_all", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    with StatusStore(path) as store, pytest.raises(TrainingStatusWriteError, match=r"free some space, then set") as caught:
+        store.set("wall_height", "lesson_num", 9)
+    assert "history" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("size", "shown"), [(0, "0 bytes"), (1, "1 byte"), (1023, "1023 bytes"),
+                                             (45056, "44.0 KB"), (3 * 2**20 + 2**19, "3.5 MB"),
+                                             (5 * 2**30, "5.0 GB")])
+def test_sizes_read_as_people_write_them(size: int, shown: str) -> None:
+    assert _storage.byte_size(size) == shown
+
+
+def test_history_prune_keeps_the_newest_versions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "status.json"
+    written = lessons(path, 6)  # versions 1 to 5 hold lessons 0 to 4
+    sizes = sum(v.size for v in kept(path)[:3])
+    assert _cli.main(["history", str(path), "--prune", "--keep", "2"]) == 0
+    assert capsys.readouterr().out == (
+        f"removed 3 earlier versions of {path} (1 to 3, {sizes} bytes); 2 versions kept\n")
+    assert [v.sequence for v in kept(path)] == [4, 5]
+    assert [Path(v.path).read_bytes() for v in kept(path)] == written[3:5]
+    assert path.read_bytes() == written[-1]
+    assert _cli.main(["history", str(path), "--prune", "--keep", "2"]) == 0
+    assert capsys.readouterr().out == f"nothing to remove: 2 earlier versions of {path} kept, --keep 2\n"
+    assert _cli.main(["history", str(path), "--prune", "--keep", "0"]) == 0
+    assert capsys.readouterr().out == f"removed 2 earlier versions of {path} (4 to 5, {2 * sizes // 3} bytes); 0 versions kept\n"
+    assert kept(path) == [] and path.read_bytes() == written[-1]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--prune"], "--prune needs --keep N: how many of the newest versions to keep (0: none)"),
+    (["--keep", "2"], "--keep is how many versions --prune keeps: pass --prune too"),
+])
+def test_history_prune_needs_both_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+                                          message: str) -> None:
+    path = tmp_path / "status.json"
+    lessons(path, 3)
+    assert _cli.main(["history", str(path), *args]) == 2
+    assert capsys.readouterr().err == f"trainstatus: error: {message}\n"
+    assert len(kept(path)) == 2
