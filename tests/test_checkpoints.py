@@ -99,6 +99,20 @@ def test_the_same_checkpoint_added_again_replaces_its_entry_and_keeps_its_files(
     assert not (tmp_path / "models/Walker-100.onnx").exists()
 
 
+def test_a_checkpoint_added_again_among_the_oldest_is_never_the_one_trimmed(tmp_path: Path, store: StatusStore) -> None:
+    # keep lowered since the list was written (or a list ML-Agents wrote with a larger
+    # keep_checkpoints), and the run resumed from its oldest checkpoint, which it saves again:
+    # the entry just recorded stays, files and all; the oldest others make room.
+    fill(tmp_path, store, [100, 200, 300], keep=3)
+    checkpoints = CheckpointList(store, "Walker", keep=2, root=tmp_path)
+    again = checkpoints.add(100, "models/Walker-100.onnx", auxillary_file_paths=["models/Walker-100.pt"], reward=4.0)
+    assert [e["steps"] for e in checkpoints.entries()] == [100, 300]
+    assert checkpoints.entries()[0] == again
+    left = sorted(p.name for p in (tmp_path / "models").iterdir())
+    assert left == ["Walker-100.onnx", "Walker-100.pt", "Walker-300.onnx", "Walker-300.pt"]
+    assert missing_files(read_fresh(store.path), str(tmp_path)) == []
+
+
 def test_the_same_steps_with_another_file_is_another_checkpoint(tmp_path: Path, store: StatusStore) -> None:
     checkpoints = fill(tmp_path, store, [100], keep=2)
     checkpoints.add(100, write(tmp_path, "models/Walker-100-b.onnx"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import logging
 import math
 import numbers
@@ -518,11 +519,15 @@ class CheckpointList:
             updated = [entry if i == same[0] else old for i, old in enumerate(current) if i == same[0] or i not in same]
         else:
             updated = [*current, entry]
-        cut = 0 if self._keep is None else max(0, len(updated) - self._keep)
-        kept = updated[cut:]
+        # Trim to ``keep``, oldest first, but never the entry just recorded: replaced where it
+        # stands, it can be among the oldest (``keep`` lowered since, a run resumed from an older
+        # checkpoint), and dropping it would remove the files this call was asked to record.
+        excess = 0 if self._keep is None else max(0, len(updated) - self._keep)
+        cut = set(itertools.islice((i for i, old in enumerate(updated) if old is not entry), excess))
+        kept = [old for i, old in enumerate(updated) if i not in cut]
         store.set(self._category, CHECKPOINTS, kept)
         document.setdefault(self._category, {})[CHECKPOINTS] = kept
-        return updated[:cut], document
+        return [old for i, old in enumerate(updated) if i in cut], document
 
     def _same_checkpoint(self, old: Any, new: dict[str, Any]) -> bool:
         """Does ``old`` record the checkpoint ``new`` records (same steps, same main file)?"""
