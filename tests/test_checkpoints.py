@@ -1114,3 +1114,59 @@ def test_a_checkpoint_in_a_new_folder_is_listed_only_with_its_folder_after_a_pow
 
     power_losses(run, check, root=run_dir)
     assert states > 3
+
+
+def _synced_folders(monkeypatch: pytest.MonkeyPatch, refuse: str | None = None) -> list[str]:
+    """Record the folders CheckpointList fsyncs; ``refuse`` one of them as a 711 folder would."""
+    import trainstatus._checkpoints as module
+
+    synced: list[str] = []
+    real = module._fsync
+
+    def fsync(path: str, *, directory: bool = False) -> None:
+        if directory and path == refuse:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        if directory:
+            synced.append(os.path.realpath(path))
+        real(path, directory=directory)
+
+    monkeypatch.setattr(module, "_fsync", fsync)
+    return synced
+
+
+def test_the_walk_up_stops_at_the_folder_shared_with_the_status_file_through_symlinks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run folder reached through a symlink (a scratch mount, a home link): the walk compares
+    # real paths, so it stops at the run folder instead of climbing to /.
+    real_run = tmp_path / "real" / "run"
+    (real_run / "run_logs").mkdir(parents=True)
+    os.symlink(real_run, tmp_path / "link")
+    store = StatusStore(tmp_path / "link" / "run_logs" / "training_status.json")
+    write(tmp_path / "link", "models/a.onnx")
+    synced = _synced_folders(monkeypatch)
+    CheckpointList(store, "Walker", root=tmp_path / "link").add(1, "models/a.onnx")
+    store.close()
+    assert synced == [str(real_run / "models"), str(real_run)]
+
+
+def test_a_folder_above_that_cannot_be_opened_does_not_stop_the_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Checkpoints under a traverse-only group folder (mode 711) on another tree than the status
+    # file: the folders above can be unreadable, and this run made no entry in those.
+    store = StatusStore(tmp_path / "home" / "run_logs" / "training_status.json")
+    write(tmp_path, "scratch/group/me/a.onnx")
+    synced = _synced_folders(monkeypatch, refuse=str(tmp_path / "scratch" / "group"))
+    CheckpointList(store, "Walker", root=tmp_path).add(1, "scratch/group/me/a.onnx")
+    assert [e["steps"] for e in CheckpointList(store, "Walker").entries()] == [1]
+    assert synced == [str(tmp_path / "scratch" / "group" / "me"), str(tmp_path / "scratch"), str(tmp_path)]
+    store.close()
+
+
+def test_nothing_above_is_synced_for_a_status_that_is_no_local_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainstatus._checkpoints as module
+
+    write(tmp_path, "models/a.onnx")
+    synced = _synced_folders(monkeypatch)
+    for location in ("s3://bucket/run/training_status.json", "<memory>"):
+        module.sync_folders_above([str(tmp_path / "models")], location)
+    assert synced == []

@@ -186,6 +186,33 @@ def test_entry_points_are_registered_and_load_without_mlagents() -> None:
     assert out.stdout.strip() == "['stats_writers', 'trainer_types'] []"
 
 
+def test_a_checkpoint_in_a_folder_mlagents_made_this_run_is_synced_up_to_the_run_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ML-Agents makes results/<run>/<Behavior>/ in a fresh run: the plugin syncs the file, its
+    # folder and the folders above up to the run folder, where the status file's run_logs/ is.
+    import trainstatus._checkpoints as checkpoints
+
+    from trainstatus import GlobalTrainingStatus, StatusStore
+
+    run = tmp_path / "results" / "run1"
+    (run / "Walker").mkdir(parents=True)
+    (run / "Walker" / "Walker-100.onnx").write_bytes(b"w")
+    store = StatusStore(run / "run_logs" / "training_status.json")
+    monkeypatch.setattr(GlobalTrainingStatus, "store", classmethod(lambda cls: store))
+    synced: list[str] = []
+    real = checkpoints._fsync
+
+    def fsync(path: str, *, directory: bool = False) -> None:
+        synced.append(os.path.realpath(path))
+        real(path, directory=directory)
+
+    monkeypatch.setattr(plugin, "_fsync", fsync)
+    monkeypatch.setattr(checkpoints, "_fsync", fsync)
+    plugin._sync_files([str(run / "Walker" / "Walker-100.onnx")])
+    store.close()
+    assert synced == [str(run / "Walker" / "Walker-100.onnx"), str(run / "Walker"), str(run)]
+
+
 @pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("1", True), ("on", True), ("TRUE", True),
                                              ("yes", True), ("0", False), ("off", False), (" Off ", False),
                                              ("false", False), ("no", False)])

@@ -474,23 +474,13 @@ class CheckpointList:
             )
 
     def _sync(self, key: str, entry: dict[str, Any], paths: list[str]) -> None:
-        """fsync each file, then each directory holding one, then the folders above those up to
-        the one they share with the status file (once each)."""
-        directories: dict[str, None] = {}
+        """fsync each file, then each directory holding one (once each), then the folders above
+        those (``sync_folders_above``)."""
+        directories: dict[str, None] = {}  # real paths: a folder reached through a link once
         for path in paths:
-            directories[os.path.dirname(path)] = None
-            real = os.path.realpath(path)
-            if real != path:  # a symlink: its target's directory entry matters too
-                directories[os.path.dirname(real)] = None
-        # A folder made since the status file (models/ in a new run) is itself an entry of the
-        # folder above it, and so on up: until those are synced, a power loss can lose models/
-        # with the checkpoint in it while the list naming it survives. The status file's own
-        # folders are the store's to sync; above the folder both share there is nothing new.
-        status = self._store.path
-        status_dir = os.path.dirname(status) if "://" not in status else os.sep
-        for folder in list(directories):
-            for parent in _folders_above(folder, status_dir):
-                directories.setdefault(parent, None)
+            directories[os.path.realpath(os.path.dirname(path))] = None
+            # A symlink: its target's directory entry matters too.
+            directories[os.path.dirname(os.path.realpath(path))] = None
         given = [entry["file_path"], *entry["auxillary_file_paths"]]
         targets = [(path, False, name) for path, name in zip(paths, given)]
         targets += [(directory, True, directory) for directory in directories]
@@ -505,6 +495,7 @@ class CheckpointList:
                     "synced=True if you made the files durable yourself.",
                     file_path=name, errno=exc.errno, **self._context(key),
                 ) from exc
+        sync_folders_above(directories, self._store.path)
 
     def _record(self, store: StatusStore, entry: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The transaction's body: append, trim, set. Returns the dropped entries and the document
@@ -589,22 +580,39 @@ class CheckpointList:
         ))
 
 
-def _folders_above(directory: str, status_dir: str) -> list[str]:
-    """The folders holding ``directory``'s entry and its parents' entries, up to and including
-    the one it shares with ``status_dir`` (nothing when ``directory`` is that folder)."""
-    try:
-        shared = os.path.commonpath([directory, status_dir])
-    except ValueError:  # not comparable (one relative): up to the root
-        shared = os.sep
-    above: list[str] = []
-    current = directory
-    while current != shared:
-        parent = os.path.dirname(current)
-        if parent == current:  # the filesystem's root
-            break
-        above.append(parent)
-        current = parent
-    return above
+def sync_folders_above(directories: Iterable[str], status_path: str) -> None:
+    """fsync the folders above ``directories`` up to the one they share with the status file.
+
+    A folder made since the status file (``models/`` in a new run) is itself an entry of the
+    folder above it, and so on up: until those are synced, a power loss can lose ``models/`` with
+    the checkpoint in it while the list naming it survives. Above the folder shared with the
+    status file nothing is new (the store syncs its own folders). Real paths on both sides, so a
+    symlink in either does not send the walk to ``/``; nothing for a status file that is no
+    local path (an object store: no folder to share). A folder above that cannot be opened or synced (a
+    traverse-only group folder, mode 711; a filesystem refusing directory fsync) is skipped: this
+    run cannot have made an entry in a folder it cannot read.
+    """
+    if not os.path.isabs(status_path):  # an s3:// URL, or ML-Agents' unbound "<memory>" store
+        return
+    status_dir = os.path.realpath(os.path.dirname(status_path))
+    above: dict[str, None] = {}
+    for directory in directories:
+        current = os.path.realpath(directory)
+        try:
+            shared = os.path.commonpath([current, status_dir])
+        except ValueError:  # different drives (Windows): nothing shared
+            continue
+        while current != shared:
+            parent = os.path.dirname(current)
+            if parent == current:  # the filesystem's root
+                break
+            above[parent] = None
+            current = parent
+    for folder in above:
+        try:
+            _fsync(folder, directory=True)
+        except OSError as exc:
+            logger.debug("trainstatus: could not sync folder %s above a checkpoint: %s", folder, exc)
 
 
 def _in_transaction(store: StatusStore) -> bool:

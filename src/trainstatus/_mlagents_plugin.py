@@ -33,7 +33,7 @@ import logging
 import os
 from typing import Any
 
-from ._checkpoints import _fsync, remove_unlisted
+from ._checkpoints import _fsync, remove_unlisted, sync_folders_above
 from ._errors import TrainingStatusError
 from ._mlagents import GlobalTrainingStatus, SavedStateView
 
@@ -205,7 +205,8 @@ def _route_checkpoint_manager() -> None:
 
 
 def _sync_files(paths: list[str]) -> None:
-    """fsync each file that exists and its directory: a listed checkpoint survives a power loss.
+    """fsync each file that exists, its directory and the folders above up to the status file's:
+    a listed checkpoint survives a power loss.
 
     ML-Agents writes them without fsync; a missing one is left to ML-Agents, as before.
     """
@@ -222,6 +223,9 @@ def _sync_files(paths: list[str]) -> None:
         # Some filesystems refuse a directory fsync; the files themselves are synced.
         with contextlib.suppress(OSError):
             _fsync(directory, directory=True)
+    # ML-Agents makes results/<run>/<behavior>/ in a fresh run: that folder is an entry of the one
+    # above it, lost with its checkpoints on a power loss until that one is synced too.
+    sync_folders_above(directories, GlobalTrainingStatus.store().path)
 
 
 def _load_state(path: str) -> None:
