@@ -598,3 +598,21 @@ def test_a_symlink_under_a_versions_name_is_never_read(tmp_path: Path) -> None:
     store.set("wall_height", "lesson_num", 3)
     assert os.path.basename(kept(path)[-1].path) == _names.history_name(path.name, 2)
     store.close()
+
+
+def test_a_resume_from_history_after_the_current_directory_was_removed_still_opens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Relative checkpoint paths are looked up in the current directory; with that directory gone
+    # the warning leaves the list out instead of the open failing with a bare FileNotFoundError.
+    path = checkpoints_then_lost(tmp_path, monkeypatch)
+    path.unlink()
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.warns(TrainingStatusMissingWarning) as caught:
+        store = StatusStore(path, resume=True)
+    (warning,) = caught.list
+    assert [e["steps"] for e in store.get("Walker", "checkpoints")] == [100]
+    assert "missing now" not in str(warning.message)
+    store.close()

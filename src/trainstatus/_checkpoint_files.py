@@ -51,6 +51,8 @@ def _listed(document: Mapping[str, Any]) -> Iterable[tuple[str, str, list[str]]]
 
 
 def _join(base: str | None, path: str) -> str:
+    if os.path.isabs(path):  # no current directory needed (it may have been removed)
+        return os.path.normpath(path)
     return os.path.abspath(os.path.join(os.getcwd() if base is None else base, path))
 
 
@@ -73,11 +75,15 @@ def missing_files(categories: Mapping[str, Mapping[str, Any]],
 def describe_missing(categories: Mapping[str, Mapping[str, Any]], shown: int = 10) -> str:
     """A sentence naming the listed checkpoint files that are missing now (relative paths against
     the current directory, as ML-Agents resolves them), or "" when none is."""
-    missing = missing_files(categories)
+    try:
+        missing = missing_files(categories)
+        cwd = os.getcwd()
+    except OSError:  # the current directory was removed: a warning's extra sentence is not worth failing for
+        return ""
     if not missing:
         return ""
     listed = "; ".join(f"{category}/{key} {path}" for category, key, path in missing[:shown])
     more = f" (and {len(missing) - shown} more)" if len(missing) > shown else ""
     return (f" That version lists {len(missing)} checkpoint file(s) that are missing now: {listed}{more} "
-            f"(relative paths looked up in {os.getcwd()}). Do not resume from them: "
+            f"(relative paths looked up in {cwd}). Do not resume from them: "
             "CheckpointList.latest() skips them, prune_missing() drops their entries.")
