@@ -20,7 +20,7 @@ import pytest
 from _helpers import read_fresh
 from pyfakefs.fake_filesystem_unittest import Patcher
 
-from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _names
+from trainstatus import CheckpointList, StatusStore, TrainingStatusWriteError, _atomic, _names
 
 STEPS = ("open_temp", "write_all", "set_mode", "sync_file", "replace", "sync_directory")
 BEFORE_RENAME = STEPS[:-1]
@@ -255,23 +255,42 @@ def test_a_permission_error_names_the_denial_once(tmp_path: Path, monkeypatch: p
     )
 
 
+def _checkpoint(store: StatusStore) -> str:
+    with open(os.path.join(os.path.dirname(store.path), "Walker-1.onnx"), "wb") as f:
+        f.write(b"weights")
+    return "Walker-1.onnx"
+
+
+def _list_a_missing_checkpoint(store: StatusStore) -> None:
+    entry = {"steps": 1, "file_path": "gone.onnx", "reward": None, "creation_time": 1.0, "auxillary_file_paths": []}
+    store.set("Walker", "checkpoints", [entry])
+
+
 @pytest.mark.parametrize(("call", "todo"), [
     (lambda store: store.delete("Walker", "lesson"), "delete it again"),
     (lambda store: store.clear(), "clear the store again"),
     (lambda store: store.save(), "save again"),
+    (lambda store: CheckpointList(store, "Walker", root=os.path.dirname(store.path)).add(1, _checkpoint(store)),
+     "add the checkpoint again"),
+    (lambda store: CheckpointList(store, "Walker", root=os.path.dirname(store.path)).set_final(1, _checkpoint(store)),
+     "set the final checkpoint again"),
+    (lambda store: CheckpointList(store, "Walker", root=os.path.dirname(store.path)).prune_missing(),
+     "prune the missing checkpoints again"),
 ])
-def test_a_failed_delete_clear_or_save_says_to_do_that_again(
+def test_a_failed_delete_clear_save_or_checkpoint_call_says_to_do_that_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: Any, todo: str) -> None:
     path = tmp_path / "status.json"
-    store, before = store_with_old_value(path)
+    store, _ = store_with_old_value(path)
+    _list_a_missing_checkpoint(store)  # for prune_missing; a listed entry the others leave alone
+    before = path.read_bytes()
     with monkeypatch.context() as mp:
         injected = inject(mp, "write_all", os_error(errno.ENOSPC))
         with pytest.raises(TrainingStatusWriteError) as info:
             call(store)
-    assert str(info.value) == (
-        f"Could not save {path} (writing it): No space left on device. The file was left as it was; the "
-        f"disk is full; free some space, then {todo}."
-    )
+    message = str(info.value)
+    assert message.startswith(f"Could not save {path} (writing it): No space left on device. The file was "
+                              "left as it was; the disk is full; free some space (the history beside the file")
+    assert message.endswith(f", then {todo}.") and message.count(" again") == 1
     assert info.value.__cause__ is injected and info.value.errno == errno.ENOSPC and info.value.path == str(path)
     assert path.read_bytes() == before and store.get("Walker", "lesson") == 1
 

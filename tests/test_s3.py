@@ -695,8 +695,8 @@ def test_a_retried_put_whose_first_try_landed_is_never_merged_again(s3: Bucket) 
     assert str(caught.value) == (
         f"Could not save {s3.url()}: the answer to the write was lost and the automatic retry was "
         "then refused (412 PreconditionFailed), so the first try may or may not have been applied. "
-        "The store kept its state as before this call; reload() to see the object, then set the "
-        "value again if it is missing."
+        "The store kept its state as before this call; reload() to see the object, then make the "
+        "change again if it is missing."
     )
     assert not armed[0]
     assert stored(s3)["lesson"] == {"num": 2}  # the rival's acknowledged value stands

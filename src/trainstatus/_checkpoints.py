@@ -44,7 +44,7 @@ from ._errors import (
     warn,
 )
 from ._load import METADATA
-from ._store import StatusStore
+from ._store import StatusStore, _retold
 
 __all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "missing_files", "remove_unlisted"]
 
@@ -297,7 +297,8 @@ class CheckpointList:
         self._list(self._store.get(self._category, CHECKPOINTS))  # refuse a damaged list before the fsyncs
         if not synced:
             self._sync(CHECKPOINTS, entry, paths)
-        dropped, document = self._store.run_transaction(lambda store: self._record(store, entry))
+        with _retold("add the checkpoint again"):
+            dropped, document = self._store.run_transaction(lambda store: self._record(store, entry))
         if dropped:
             self._remove(dropped, document)
         return dict(entry)
@@ -314,7 +315,8 @@ class CheckpointList:
                                      creation_time, synced)
         if not synced:
             self._sync(FINAL_CHECKPOINT, entry, paths)
-        self._store.set(self._category, FINAL_CHECKPOINT, entry)
+        with _retold("set the final checkpoint again"):
+            self._store.set(self._category, FINAL_CHECKPOINT, entry)
         return dict(entry)
 
     def prune_missing(self) -> list[dict[str, Any]]:
@@ -331,7 +333,8 @@ class CheckpointList:
                 store.set(self._category, CHECKPOINTS, [e for i, e in enumerate(current) if i not in gone])
             return [current[i] for i in gone]
 
-        return self._store.run_transaction(body)
+        with _retold("prune the missing checkpoints again"):
+            return self._store.run_transaction(body)
 
     # -- the steps ---------------------------------------------------------------------------
 

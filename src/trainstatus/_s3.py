@@ -266,7 +266,7 @@ class S3Object(Storage):
                     f"Could not save {self.location}: the answer to the write was lost and the "
                     f"automatic retry was then refused ({status} {code}), so the first try may or "
                     "may not have been applied. The store kept its state as before this call; "
-                    "reload() to see the object, then set the value again if it is missing.",
+                    "reload() to see the object, then make the change again if it is missing.",
                     path=self.location,
                 ) from exc
             if not _is_boto_error(exc):
