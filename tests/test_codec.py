@@ -309,6 +309,12 @@ def cyclic_dataclass() -> Checkpoint:
     return value
 
 
+def cyclic_object_array() -> Any:
+    value = np.empty(2, dtype=object)
+    value[0], value[1] = 1, value  # tolist() makes a new list each time: the array is the cycle
+    return value
+
+
 SHARED = [1, {"a": 2}]  # one list held twice: no cycle
 
 
@@ -379,6 +385,8 @@ REFUSALS: list[tuple[str, Any, type, type, str, str]] = [
      f"an object of type 'set' is not JSON serializable; {A_SET_HINT}"),
     ("cycle_through_a_dataclass", cyclic_dataclass(), TrainingStatusValueError, ValueError, ".tags[0]",
      cycle_problem(".tags[0]", "")),
+    ("cycle_through_a_numpy_object_array", {"a": cyclic_object_array()}, TrainingStatusValueError, ValueError,
+     "['a'][1]", cycle_problem("['a'][1]", "['a']")),
 ]
 REFUSAL_PARAMS = [pytest.param(*rest, id=rid) for rid, *rest in REFUSALS]
 

@@ -830,7 +830,12 @@ def _find_problem(value: Any, where: str, depth: int, top: str = "",
     if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
         if value.dtype.kind in "biuf":
             return None
-        return _find_problem(value.tolist(), where, depth, top, holders)
+        # An object array can hold itself; tolist() gives a new list each time, so the array is
+        # the one to recognise.
+        holders[id(value)] = where
+        found = _find_problem(value.tolist(), where, depth, top, holders)
+        del holders[id(value)]
+        return found
     if type(value).__module__ in ("datetime", "uuid"):
         return None
     name = type(value).__name__
