@@ -411,6 +411,13 @@ def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
     assert err.lower().count("permission denied") == 1
 
 
+def test_a_library_error_keeps_the_spaces_inside_a_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One line, but a category "a  b" is still "a  b": only the message's line breaks are joined.
+    path = status(tmp_path)
+    assert _cli.main(["set", str(path), "wall  height", "k", str(2**64)]) == 2
+    assert capsys.readouterr().err.startswith(f"trainstatus: error: cannot store wall  height/k in {path}: ")
+
+
 @pytest.mark.parametrize(("library", "shown"), [
     ("Could not lock x.json within 1 s.", "could not lock x.json within 1 s"),
     ("Cannot store c/k in x.json: the integer 1 is too big. Nothing was written.",
@@ -420,6 +427,7 @@ def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
     ("CheckpointList category= must be a str.", "CheckpointList category= must be a str"),
     ("Look at the file...", "look at the file..."),  # an ellipsis stays whole
     ("Two\nlines.", "two lines"),
+    ("Two \r\n  lines, a  b kept.", "two lines, a  b kept"),
 ])
 def test_library_messages_in_the_command_lines_style(library: str, shown: str) -> None:
     assert _cli_base._cli_words(library) == shown
