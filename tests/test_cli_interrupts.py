@@ -12,6 +12,7 @@ trainstatus can reach; a Ctrl-C there is Python's own business.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -20,7 +21,10 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,3 +168,46 @@ def test_ctrl_c_during_a_write_leaves_a_whole_file_and_no_temp_file(
         assert json.loads(path.read_text())["wall_height"] == NEW["wall_height"]
     else:  # the write was abandoned whole
         assert path.read_bytes() == before
+
+
+class _WarningsLeftByCtrlC:
+    """The warnings module, as ``_cli_base`` sees it, with Ctrl-C as a command leaves catch_warnings()."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(warnings, name)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def catch_warnings() -> Iterator[None]:
+        with warnings.catch_warnings():
+            yield
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["printing-an-error", "leaving-catch-warnings"])
+def test_ctrl_c_while_a_command_ends_is_one_line_and_exit_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # Moments no store holds a signal back in and run's own `except KeyboardInterrupt` does not
+    # cover: the console script's entry point turns them into the same one line and status.
+    import _trainstatus_cli
+
+    from trainstatus import _cli_base
+
+    if where == "printing-an-error":
+        def interrupted(message: str) -> None:
+            raise KeyboardInterrupt
+        monkeypatch.setattr(_cli_base, "_error", interrupted)
+    else:
+        monkeypatch.setattr(_cli_base, "warnings", _WarningsLeftByCtrlC())
+    monkeypatch.setattr(sys, "argv", ["trainstatus", "show", str(tmp_path / "missing.json")])
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        status = _trainstatus_cli.main()
+    except KeyboardInterrupt:  # what the interpreter would print as a traceback
+        pytest.fail("KeyboardInterrupt escaped the console script's entry point")
+    finally:
+        signal.signal(signal.SIGINT, handler)  # main put its own in place of pytest's
+    # The error line, when printed whole before the interrupt, then the one line of the interrupt.
+    error = f"trainstatus: error: no status file at {tmp_path / 'missing.json'}\n" if where != "printing-an-error" else ""
+    assert (status, *capsys.readouterr()) == (130, "", f"{error}trainstatus: interrupted\n")
