@@ -7,7 +7,7 @@ does not survive an exception raised inside it). So the handler comes first, wit
 C signal module: one line on stderr and exit status 130, at once, with nothing written yet. Once the
 command's modules are imported, ``trainstatus._cli_base.run`` puts Python's own handler back and
 turns the ``KeyboardInterrupt`` into the same line and status (a store holds it back until a write
-in progress is done).
+in progress is done); ``main`` does the same for one that lands where ``run`` cannot catch it.
 """
 
 import _signal  # type: ignore[import-not-found]  # the C module behind signal: importing signal itself imports enum and re
@@ -31,10 +31,21 @@ def install() -> None:
 def main() -> int:
     """The console script: ``trainstatus._cli_main.main`` with Ctrl-C handled from the start."""
     install()
-    from trainstatus._cli_main import main as run
+    try:
+        from trainstatus._cli_main import main as run
 
-    status = run()
-    # Done, its output flushed: a Ctrl-C now would only turn the status into a traceback from
-    # the interpreter's exit (or end it by the signal once Python restored the default action).
-    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+        status = run()
+        # Done, its output flushed: a Ctrl-C now would only turn the status into a traceback from
+        # the interpreter's exit (or end it by the signal once Python restored the default action).
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    except KeyboardInterrupt:
+        # A Ctrl-C that run() does not turn into its line itself: one that lands while it prints
+        # an error, as it leaves catch_warnings(), or after it returned. No store is open by then
+        # (each closes before the command returns), so nothing is left half done.
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+        import sys
+
+        sys.stderr.write("trainstatus: interrupted\n")
+        sys.stderr.flush()
+        return 130
     return status

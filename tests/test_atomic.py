@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import shlex
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ ERRNOS = (errno.EIO, errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EDQUOT)
 HINTS = {
     errno.ENOSPC: "the disk is full; free some space",
     errno.EDQUOT: "free some space or raise the quota",
-    errno.EROFS: "remount it writable or use another path",
+    errno.EROFS: "remount the filesystem writable or use another path",
     errno.EACCES: "fix the permissions of the directory",
     errno.EPERM: "fix the permissions of the directory",
 }
@@ -324,6 +325,24 @@ def test_store_set_directory_sync_fault_keeps_new_content(
 
     store.set("Walker", "steps", 10)
     assert read_fresh(path)["Walker"] == {"lesson": 2, "steps": 10}
+
+
+def test_a_full_disk_names_the_prune_command_with_the_path_quoted_for_a_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Copied into a shell as shown, the command must get the path as one argument.
+    (tmp_path / "my runs").mkdir()
+    path = tmp_path / "my runs" / "status.json"
+    store, _ = store_with_old_value(path)
+    store.set("Walker", "lesson", 2)  # the first value is now a version in the history
+    with monkeypatch.context() as mp:
+        inject(mp, "write_all", os_error(errno.ENOSPC))
+        with pytest.raises(TrainingStatusWriteError) as info:
+            store.set("Walker", "lesson", 3)
+    store.close()
+    command = str(info.value).split("`")[1]
+    assert command == f"trainstatus history {shlex.quote(str(path))} --prune --keep 0"
+    assert shlex.split(command)[2] == str(path)
 
 
 @pytest.mark.parametrize("step", STEPS)

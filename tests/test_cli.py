@@ -404,7 +404,8 @@ def test_set_of_an_object_with_a_key_twice_is_an_error(tmp_path: Path) -> None:
 def test_set_help_explains_how_values_are_read() -> None:
     out = run("set", "--help").out
     for words in ["true, false, null", "NaN, Infinity, -Infinity", "True, None, nan, inf", "--string",
-                  "hello", "starts with [, {, \", a digit or -", "--allow-downgrade", "after --"]:
+                  "hello", "starts with [, {, \", a digit or -", "--allow-downgrade", "after --",
+                  "VALUE - reads the value from standard input", '--string - stores "-"']:
         assert words in " ".join(out.split()), words
 
 

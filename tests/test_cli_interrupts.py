@@ -12,6 +12,7 @@ trainstatus can reach; a Ctrl-C there is Python's own business.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -20,7 +21,10 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,3 +119,95 @@ def test_ctrl_c_at_random_early_moments_never_crashes(tmp_path: Path, seed: int)
     for _ in range(200):
         delay = rng.uniform(0, 0.1)
         check(interrupted(["set", "ts.json", "wall_height", "lesson_num", "3"], delay, tmp_path), delay)
+
+
+# The command run with SIGINT sent to itself once the new file's bytes are written, before the
+# rename: an interrupt in the middle of a write, at a point no timing could hit reliably.
+CHILD_MID_WRITE = f"""\
+import os
+import signal
+import sys
+import {MODULE} as entry
+from trainstatus import _atomic
+
+def observer(point, target, temp, fd):
+    if point == "written" and os.path.basename(target) == "ts.json":
+        _atomic.observer = None
+        os.kill(os.getpid(), signal.SIGINT)
+
+_atomic.observer = observer
+sys.exit(entry.{FUNCTION}())
+"""
+OLD = {"wall_height": {"lesson_num": 2}, **METADATA}
+NEW = {"wall_height": {"lesson_num": 3}, **METADATA}
+
+
+@pytest.mark.parametrize(("command", "finished"), [
+    (["set", "ts.json", "wall_height", "lesson_num", "3"], True),
+    (["restore", "ts.json", "1"], False),
+    (["corrupt", "restore", "ts.json", "ts.json.corrupt-20240102T030405.000000Z"], False),
+], ids=["set", "restore", "corrupt-restore"])
+def test_ctrl_c_during_a_write_leaves_a_whole_file_and_no_temp_file(
+    tmp_path: Path, command: list[str], finished: bool
+) -> None:
+    # Once the command's modules are imported, Ctrl-C is Python's KeyboardInterrupt again: a
+    # store holds it back until its write is done (set), and elsewhere it unwinds the write, whose
+    # clean-up removes the temp file. The console script's first handler, still in place, would
+    # end the process at once, in the middle of the write.
+    path = tmp_path / "ts.json"
+    path.write_text(json.dumps(NEW if command[0] == "restore" else OLD))
+    (tmp_path / ".ts.json.history-00000001").write_text(json.dumps(OLD))
+    (tmp_path / "ts.json.corrupt-20240102T030405.000000Z").write_text(json.dumps(NEW))
+    before = path.read_bytes()
+    done = subprocess.run([sys.executable, "-c", CHILD_MID_WRITE, *command], capture_output=True, text=True,
+                          env=_env(), cwd=tmp_path, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (done.returncode, done.stderr) == (130, "trainstatus: interrupted\n")
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    if finished:  # the write under way was finished first
+        assert json.loads(path.read_text())["wall_height"] == NEW["wall_height"]
+    else:  # the write was abandoned whole
+        assert path.read_bytes() == before
+
+
+class _WarningsLeftByCtrlC:
+    """The warnings module, as ``_cli_base`` sees it, with Ctrl-C as a command leaves catch_warnings()."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(warnings, name)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def catch_warnings() -> Iterator[None]:
+        with warnings.catch_warnings():
+            yield
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["printing-an-error", "leaving-catch-warnings"])
+def test_ctrl_c_while_a_command_ends_is_one_line_and_exit_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # Moments no store holds a signal back in and run's own `except KeyboardInterrupt` does not
+    # cover: the console script's entry point turns them into the same one line and status.
+    import _trainstatus_cli
+
+    from trainstatus import _cli_base
+
+    if where == "printing-an-error":
+        def interrupted(message: str) -> None:
+            raise KeyboardInterrupt
+        monkeypatch.setattr(_cli_base, "_error", interrupted)
+    else:
+        monkeypatch.setattr(_cli_base, "warnings", _WarningsLeftByCtrlC())
+    monkeypatch.setattr(sys, "argv", ["trainstatus", "show", str(tmp_path / "missing.json")])
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        status = _trainstatus_cli.main()
+    except KeyboardInterrupt:  # what the interpreter would print as a traceback
+        pytest.fail("KeyboardInterrupt escaped the console script's entry point")
+    finally:
+        signal.signal(signal.SIGINT, handler)  # main put its own in place of pytest's
+    # The error line, when printed whole before the interrupt, then the one line of the interrupt.
+    error = f"trainstatus: error: no status file at {tmp_path / 'missing.json'}\n" if where != "printing-an-error" else ""
+    assert (status, *capsys.readouterr()) == (130, "", f"{error}trainstatus: interrupted\n")

@@ -224,13 +224,29 @@ def test_set_reads_a_value_of_a_megabyte_from_standard_input(
     assert _cli.main(["set", str(path), "Walker", "checkpoints", "-"]) == 0
     with StatusStore(path) as store:
         assert store.get("Walker", "checkpoints") == checkpoints
-    stdin(monkeypatch, "Walker-5.onnx\r\n".encode())  # plain text, and --string, as on the command line
-    assert _cli.main(["set", str(path), "Walker", "note", "--string", "-"]) == 0
+    stdin(monkeypatch, "Walker-5.onnx\r\n".encode())  # plain text, stored as a string as on the command line
+    assert _cli.main(["set", str(path), "Walker", "note", "-"]) == 0
     stdin(monkeypatch, b"[1,\n")
     assert _cli.main(["set", str(path), "Walker", "bad", "-"]) == 2
     assert "VALUE '[1,' looks like JSON but is not" in capsys.readouterr().err
     with StatusStore(path) as store:
         assert store.get("Walker", "note") == "Walker-5.onnx" and store.get("Walker", "bad", None) is None
+
+
+def test_set_string_dash_stores_the_text_dash_and_does_not_wait_for_standard_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As before VALUE - read standard input: "-" is then the text, as any other VALUE with --string.
+    path = status(tmp_path)
+    stdin(monkeypatch, b'"from standard input"\n')
+    assert _cli.main(["set", str(path), "c", "dash", "--string", "-"]) == 0
+    assert sys.stdin.read() == '"from standard input"\n'  # left unread: nothing waits on it
+    stdin(monkeypatch, b'"from standard input"\n')
+    assert _cli.main(["set", str(path), "c", "read", "-"]) == 0  # without --string, - reads it
+    with StatusStore(path) as store:
+        assert store.get("c", "dash") == "-" and store.get("c", "read") == "from standard input"
+    assert capsys.readouterr().out.splitlines() == ['c/dash: (not set) -> "-"',
+                                                    'c/read: (not set) -> "from standard input"']
 
 
 def test_set_refuses_standard_input_that_is_not_utf8(
@@ -411,6 +427,13 @@ def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
     assert err.lower().count("permission denied") == 1
 
 
+def test_a_library_error_keeps_the_spaces_inside_a_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One line, but a category "a  b" is still "a  b": only the message's line breaks are joined.
+    path = status(tmp_path)
+    assert _cli.main(["set", str(path), "wall  height", "k", str(2**64)]) == 2
+    assert capsys.readouterr().err.startswith(f"trainstatus: error: cannot store wall  height/k in {path}: ")
+
+
 @pytest.mark.parametrize(("library", "shown"), [
     ("Could not lock x.json within 1 s.", "could not lock x.json within 1 s"),
     ("Cannot store c/k in x.json: the integer 1 is too big. Nothing was written.",
@@ -420,6 +443,7 @@ def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
     ("CheckpointList category= must be a str.", "CheckpointList category= must be a str"),
     ("Look at the file...", "look at the file..."),  # an ellipsis stays whole
     ("Two\nlines.", "two lines"),
+    ("Two \r\n  lines, a  b kept.", "two lines, a  b kept"),
 ])
 def test_library_messages_in_the_command_lines_style(library: str, shown: str) -> None:
     assert _cli_base._cli_words(library) == shown

@@ -294,7 +294,8 @@ def _reserved(exc: TrainingStatusValueError, args: argparse.Namespace) -> _Fail 
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    text = _read_stdin() if args.value == "-" else args.value
+    # --string stores VALUE as it is, "-" included: to store the text "-", pass --string -.
+    text = _read_stdin() if args.value == "-" and not args.string else args.value
     value = text if args.string else _parse_value(text)
     directory, _ = _target(args.path)
     if not os.path.isdir(directory):

@@ -12,6 +12,7 @@ import argparse
 import errno as errno_codes
 import json
 import os
+import re
 import shlex
 import signal
 import stat
@@ -183,7 +184,9 @@ def _cli_words(message: str) -> str:
     """
     for python, command_line in _PYTHON_ADVICE.items():
         message = message.replace(python, command_line)
-    message = " ".join(message.split())  # one line
+    # One line: a line break and the indentation around it become one space; spaces inside a
+    # name (a category "a  b") are left as they are.
+    message = re.sub(r"\s*\n\s*", " ", message)
     first = message.split(" ", 1)[0]
     if first[:1].isupper() and first[1:].islower() and first.isalpha():  # "Could", not "StatusStore(" or a path
         message = message[0].lower() + message[1:]

@@ -195,7 +195,8 @@ how VALUE is read:
   - any other text (hello, Walker-500000.onnx, an empty string) is stored as that string.
   - --string stores VALUE as the string it is, whatever it looks like.
   - VALUE - reads the value from standard input (read as above; the newline that ends its last
-    line is dropped): for values longer than a command line takes (about 128 KB).
+    line is dropped): for values longer than a command line takes (about 128 KB). With --string,
+    - is the text "-" itself: --string - stores "-".
 A VALUE that starts with "-" (other than a plain negative number such as -3) goes after --.
 The file is created when absent (its directory must exist). Prints the old and new value.
 A file of a newer format version is not rewritten unless --allow-downgrade is given.
@@ -209,7 +210,7 @@ examples:
     set_.add_argument("path", metavar="PATH", help="the status file")
     set_.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name ('metadata' is reserved)")
     set_.add_argument("key", metavar="KEY")
-    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below); - reads it from standard input")
+    set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below); - reads it from standard input (not with --string)")
     set_.add_argument("--string", action="store_true", help="store VALUE as a string, never as JSON")
 
     delete = command("delete", _Command("_cli", "_cmd_delete"), "remove one key (locked, atomic, durable)", """\

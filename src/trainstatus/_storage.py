@@ -602,8 +602,11 @@ class LocalFile(Storage):
             names += f" to {os.path.basename(kept[-1].path)}"
         count = f"{len(kept)} earlier version{'s' if len(kept) > 1 else ''}"
         keep, removes = (2, "all but the newest 2") if len(kept) > 2 else (0, "them" if len(kept) > 1 else "it")
+        import shlex  # here: a full disk is rare, and import trainstatus stays light
+
+        # Quoted, so that the command copied into a shell gets a path with spaces as one argument.
         return (f" (the history beside the file holds {count}, {names}, {byte_size(sum(v.size for v in kept))} "
-                f"together: `trainstatus history {self.location} --prune --keep {keep}` removes {removes}, "
+                f"together: `trainstatus history {shlex.quote(self.location)} --prune --keep {keep}` removes {removes}, "
                 "and a store opened with a smaller history= keeps fewer)")
 
     def _write_error(self, exc: OSError, step: str) -> TrainingStatusWriteError:
@@ -612,7 +615,7 @@ class LocalFile(Storage):
         what = {
             errno_codes.ENOSPC: f"the disk is full; free some space{full}",
             errno_codes.EDQUOT: f"free some space{full} or raise the quota",
-            errno_codes.EROFS: "remount it writable or use another path",
+            errno_codes.EROFS: "remount the filesystem writable or use another path",
             errno_codes.EACCES: "fix the permissions of the directory",
             errno_codes.EPERM: "fix the permissions of the directory",
             errno_codes.ENAMETOOLONG: self._too_long(),
