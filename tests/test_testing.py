@@ -341,6 +341,18 @@ def test_the_plugin_checks_the_number_of_writes_its_marker_gives(tmp_path: Path)
             "ran no kill_at block: pass the crash_point fixture on as kill_at(*crash_point), around the scenario.") in out
 
 
+def test_the_plugin_loads_with_the_pluggy_of_pytest_7() -> None:
+    """pytest imports the plugin in every environment trainstatus is installed in: a new-style
+    wrapper (wrapper=True, pluggy >= 1.2) would break pytest 7's (pluggy 1.0) at import."""
+    import _trainstatus_pytest
+
+    hooks = {name: getattr(_trainstatus_pytest, name) for name in dir(_trainstatus_pytest) if name.startswith("pytest_")}
+    options = {name: getattr(hook, "pytest_impl", {}) for name, hook in hooks.items()}
+    assert options["pytest_pyfunc_call"].get("hookwrapper"), options
+    assert not any(opts.get("wrapper") for opts in options.values()), options
+    assert "wrapper=True" not in Path(_trainstatus_pytest.__file__).read_text().replace("hookwrapper=True", "")
+
+
 def test_every_crash_runs_each_point_of_each_write_from_the_same_start(folder: Path) -> None:
     path = folder / NAME
     folder.mkdir(parents=True)
