@@ -611,6 +611,35 @@ def test_files_opened_while_recording_behave_as_the_real_open(tmp_path: Path) ->
     assert "truncate(#1001, 550)" in recording.operations
 
 
+def test_power_losses_follow_reads_and_appends(tmp_path: Path) -> None:
+    """A read moves the offset the next write goes to; an append goes to the end, whoever appended last."""
+    folder = tmp_path  # not under pyfakefs, whose os.lseek returns None (a text file in "a" mode asks tell())
+    (folder / "header.bin").write_bytes(b"0123456789")
+    (folder / "log.txt").write_bytes(b"line0\n")
+
+    def run() -> None:
+        fd = os.open(folder / "header.bin", os.O_RDWR)
+        os.read(fd, 4)
+        os.write(fd, b"AB")
+        os.close(fd)
+        with open(folder / "header.bin", "r+b") as f:  # read it all, then add to it through the same handle
+            f.read()
+            f.write(b"XYZ")
+        first, second = open(folder / "log.txt", "a"), open(folder / "log.txt", "a")
+        for f, line in ((first, "A\n"), (second, "B\n"), (first, "C\n")):
+            f.write(line)
+            f.flush()
+        first.close()
+        second.close()
+
+    ends: list[tuple[bytes, bytes]] = []
+    recording = power_losses(run, lambda loss: ends.append(
+        (loss.state.content("header.bin"), loss.state.content("log.txt"))) if loss.returned else None, root=folder)
+    assert [(op.offset, op.data) for op in recording.ops if op.kind == "write"] == [
+        (4, b"AB"), (10, b"XYZ"), (6, b"A\n"), (8, b"B\n"), (10, b"C\n")], recording.operations
+    assert (b"0123AB6789XYZ", b"line0\nA\nB\nC\n") in ends  # nothing lost: the unsynced writes may be, too
+
+
 def test_power_losses_see_a_file_removed_before_the_run_ends(folder: Path) -> None:
     """A scratch file written with the builtin open and deleted again: in the states while it lived."""
     folder.mkdir(parents=True)

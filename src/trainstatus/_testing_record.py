@@ -8,7 +8,7 @@ operations that decide what a power loss can leave:
     rename   os.replace / os.rename                             (directory operation)
     link     os.link                                            (directory operation)
     unlink   os.unlink / os.remove                              (directory operation)
-    write    os.write / os.pwrite, at the descriptor's offset   (file data)
+    write    os.write / os.pwrite, at the descriptor's offset   (file data; O_APPEND: at the end)
     truncate os.ftruncate / os.truncate / os.open(O_TRUNC)      (file data)
     chmod    os.fchmod / os.chmod                               (file attribute)
     fsync    os.fsync of a file (os.fdatasync: data only)
@@ -29,6 +29,7 @@ import dataclasses
 import os
 import re
 import stat
+import sys
 from typing import Any
 
 from ._testing_fs import FsState, is_lock_name, snapshot
@@ -167,6 +168,7 @@ class Recorder(Hook):
         self.unexplained: list[str] = []  # removed, renamed or linked, never seen made
         self._fd: dict[int, tuple[str, Any]] = {}  # fd -> ("file", inode) | ("dir", rel) | ("ignored", None)
         self._offset: dict[int, int] = {}
+        self._append: set[int] = set()  # descriptors opened with O_APPEND: every write goes to the end
         self._existed: bool = False
         self._next_inode = max(initial.files, default=0) + 1000
 
@@ -235,15 +237,23 @@ class Recorder(Hook):
         elif name == "close":
             self._fd.pop(args[0], None)
             self._offset.pop(args[0], None)
+            self._append.discard(args[0])
         elif name in ("write", "pwrite"):
             target = self._fd.get(args[0])
             if target is None or target[0] != "file":
                 return
             data = bytes(args[1])[:result]
-            offset = args[2] if name == "pwrite" else self._offset.get(args[0], 0)
+            if args[0] in self._append and (name == "write" or sys.platform == "linux"):
+                # At the end, wherever the offset is (Linux's pwrite too): another descriptor may have appended.
+                offset = len(self.live.files[target[1]][0])
+            else:
+                offset = args[2] if name == "pwrite" else self._offset.get(args[0], 0)
             if name == "write":
                 self._offset[args[0]] = offset + result
             self._emit(Op("write", inode=target[1], offset=offset, data=data, seen_mode=self._real_mode(args[0])))
+        elif name == "read":
+            if args[0] in self._offset:  # a read moves the offset the next write goes to
+                self._offset[args[0]] += len(result)
         elif name == "lseek":
             self._offset[args[0]] = result
         elif name in ("fsync", "fdatasync"):
@@ -291,6 +301,8 @@ class Recorder(Hook):
             self._fd[fd] = ("dir", rel)
             return
         self._offset[fd] = 0
+        if flags & os.O_APPEND:
+            self._append.add(fd)
         if not self._existed:
             inode = self._next_inode
             self._next_inode += 1
