@@ -25,6 +25,7 @@ from trainstatus import (
     TrainingStatusValueError,
     TrainingStatusWarning,
 )
+from trainstatus._testing_interpose import Call, Hook, Interposer
 from trainstatus.testing import (
     POINTS,
     CrashPoint,
@@ -638,6 +639,43 @@ def test_power_losses_follow_reads_and_appends(tmp_path: Path) -> None:
     assert [(op.offset, op.data) for op in recording.ops if op.kind == "write"] == [
         (4, b"AB"), (10, b"XYZ"), (6, b"A\n"), (8, b"B\n"), (10, b"C\n")], recording.operations
     assert (b"0123AB6789XYZ", b"line0\nA\nB\nC\n") in ends  # nothing lost: the unsynced writes may be, too
+
+
+class Calls(Hook):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def after(self, call: Call, result: object) -> None:
+        self.names.append(call.name)
+
+
+def test_an_open_refused_while_recording_leaves_the_file_and_no_descriptor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "old.txt").write_text("kept")
+    calls = Calls()
+    with Interposer(tmp_path, calls, builtin_open=True) as interposer:
+        with pytest.raises(ValueError, match="illegal newline value: x"):
+            open(tmp_path / "new.txt", "w", newline="x")
+        with pytest.raises(LookupError, match="unknown encoding: nope"):
+            open(tmp_path / "old.txt", "w", encoding="nope")
+        with pytest.raises(TypeError, match="'newline' must be str or None, not int"):
+            open(tmp_path / "old.txt", "w", newline=1)  # type: ignore[call-overload]
+        assert calls.names == []  # refused before the file was opened: not created, not truncated
+
+        real_wrapper = io.TextIOWrapper
+
+        def failing(buffer: Any, *args: Any, **kwargs: Any) -> io.TextIOWrapper:
+            if not isinstance(buffer, io.BytesIO):
+                raise OSError("a failure after the open")
+            return real_wrapper(buffer, *args, **kwargs)
+
+        monkeypatch.setattr(io, "TextIOWrapper", failing)
+        with pytest.raises(OSError, match="a failure after the open") as failure:
+            open(tmp_path / "old.txt", "a")
+        monkeypatch.undo()
+        # Closed by then, not when the last reference to the file object goes (the traceback holds one).
+        assert calls.names[0] == "open" and calls.names[-1] == "close" and interposer.fds == {}, calls.names
+        del failure
+    assert os.listdir(tmp_path) == ["old.txt"] and (tmp_path / "old.txt").read_text() == "kept"
 
 
 def test_power_losses_see_a_file_removed_before_the_run_ends(folder: Path) -> None:
