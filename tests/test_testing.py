@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 import pickle
 import re
 import subprocess
@@ -676,6 +677,60 @@ def test_an_open_refused_while_recording_leaves_the_file_and_no_descriptor(tmp_p
         assert calls.names[0] == "open" and calls.names[-1] == "close" and interposer.fds == {}, calls.names
         del failure
     assert os.listdir(tmp_path) == ["old.txt"] and (tmp_path / "old.txt").read_text() == "kept"
+
+
+class Accessor310:
+    """A stand-in for Python 3.10's pathlib._NormalAccessor: os's functions and io.open, bound at import."""
+
+    open = io.open
+    mkdir = os.mkdir
+    unlink = os.unlink
+    rename = os.rename
+    replace = os.replace
+    stat = os.stat
+
+
+def test_power_losses_see_pathlib_of_python_3_10(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Path.open, write_bytes, mkdir, unlink and replace call the accessor's functions on 3.10."""
+    monkeypatch.setattr(pathlib, "_NormalAccessor", Accessor310, raising=False)
+    accessor = Accessor310()
+
+    def run() -> None:
+        accessor.mkdir(tmp_path / "models")
+        with accessor.open(tmp_path / "models" / "a.bin", "wb") as f:
+            f.write(b"weights")
+        accessor.replace(tmp_path / "models" / "a.bin", tmp_path / "models" / "b.bin")
+        accessor.rename(tmp_path / "models" / "b.bin", tmp_path / "models" / "c.bin")
+        accessor.unlink(tmp_path / "models" / "c.bin")
+
+    recording = power_losses(run, lambda loss: None, root=tmp_path)
+    created = next(op.inode for op in recording.ops if op.kind == "create")
+    assert recording.operations == (
+        "mkdir(models)", f"create(models/a.bin as #{created}, {0o666 & ~current_umask():#o})", f"write(#{created}, 7 bytes at 0)",
+        "rename(models/a.bin -> models/b.bin)", "rename(models/b.bin -> models/c.bin)", "unlink(models/c.bin)")
+    assert all(Accessor310.__dict__[name] is getattr(os, name) for name in ("mkdir", "unlink", "rename", "replace"))
+    assert Accessor310.__dict__["open"] is io.open  # put back
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_on_python_3_10_an_incomplete_recording_names_pathlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("trainstatus._testing_record._PATHLIB_ACCESSOR", True)
+
+    def run() -> None:
+        os.symlink("elsewhere", tmp_path / "made-unseen")
+        os.unlink(tmp_path / "made-unseen")
+
+    with pytest.raises(IncompleteRecording, match=re.escape(
+            "outside the folder; trace: ['unlink(made-unseen)']. On Python 3.10, pathlib's Path methods (open, "
+            "write_bytes, mkdir, unlink, replace) reach os through pathlib._NormalAccessor, which the recording "
+            "patches; if pathlib made that change, make it with open() and os calls instead, or run the test on "
+            "Python 3.11 or later.") + "$"):
+        power_losses(run, lambda loss: None, root=tmp_path)
 
 
 def test_power_losses_see_a_file_removed_before_the_run_ends(folder: Path) -> None:

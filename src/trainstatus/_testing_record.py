@@ -322,18 +322,33 @@ class IncompleteRecording(TrainingStatusTestError):
     """The recorded trace does not explain what is on disk: something changed it unseen."""
 
 
+# Python 3.10's pathlib reaches os through pathlib._NormalAccessor, whose bindings the recording
+# replaces too (``_testing_interpose``); that is tested with a stand-in of the accessor only, so on
+# 3.10 every message names pathlib as a possible cause.
+_PATHLIB_ACCESSOR = sys.version_info < (3, 11)
+
+
+def _incomplete(message: str) -> IncompleteRecording:
+    if _PATHLIB_ACCESSOR:
+        message += ("" if message.endswith(".") else ".") + (
+            " On Python 3.10, pathlib's Path methods (open, write_bytes, mkdir, unlink, replace) reach os through "
+            "pathlib._NormalAccessor, which the recording patches; if pathlib made that change, make it with "
+            "open() and os calls instead, or run the test on Python 3.11 or later.")
+    return IncompleteRecording(message)
+
+
 def verify_recording(recorder: Recorder, root: str | os.PathLike[str]) -> None:
     """Replaying the trace must give exactly the real directory, and nothing may have been
     written unseen (even a file removed again)."""
     if recorder.unseen_names:
-        raise IncompleteRecording(
+        raise _incomplete(
             f"{', '.join(recorder.unseen_names)} in {os.fspath(root)} {'was' if len(recorder.unseen_names) == 1 else 'were'} "
             "opened for writing by code the recorder does not see (a C extension writing to a file "
             "name itself, as torch.save(obj, 'name') does, or a module that kept the builtin open from "
             "before the recording), so the power-loss states would miss those writes. Give such code "
             "a file object (torch.save(obj, f) with f = open(name, 'wb')), or write outside the folder.")
     if recorder.unexplained:
-        raise IncompleteRecording(
+        raise _incomplete(
             f"{', '.join(recorder.unexplained)} in {os.fspath(root)} {'was' if len(recorder.unexplained) == 1 else 'were'} "
             "removed, renamed or linked by the run but never seen made: something the recorder does not "
             "see made it (C code writing on its own, os.symlink, pathlib under pyfakefs), so the "
@@ -345,6 +360,6 @@ def verify_recording(recorder: Recorder, root: str | os.PathLike[str]) -> None:
         found = {row[0]: row[1:] for row in real.key()}
         differences = sorted(set(recorded) ^ set(found)) + sorted(
             rel for rel in set(recorded) & set(found) if recorded[rel] != found[rel])
-        raise IncompleteRecording(
+        raise _incomplete(
             f"the recorded operations do not explain the directory after the call; differing names: "
             f"{differences}; trace: {[str(op) for op in recorder.ops]}")
