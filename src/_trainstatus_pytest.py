@@ -15,7 +15,9 @@ Use::
 
 One more case, ``write-count``, runs the ``kill_at`` block without a kill and fails unless the
 scenario makes exactly ``writes`` writes (a number too low would leave the later writes untested,
-silently); the test ends with the block there.
+silently); the test ends with the block there. A block that does not run in pytest's process (a
+child process's, with ``sigkill=True``) cannot be counted: that case is then reported as skipped,
+with the reason.
 """
 
 from __future__ import annotations
@@ -82,12 +84,37 @@ def _finish(expected: int, made: int) -> None:
         f"Set writes={made}.")
 
 
-@pytest.hookimpl(wrapper=True)
+# An old-style hookwrapper (``outcome = yield``), not a new-style ``wrapper``: pytest loads this plugin in
+# every environment trainstatus is installed in, and pluggy before 1.2 (pytest 7) refuses the new kind
+# at import, which would break that environment's pytest whether it uses trainstatus or not.
+@pytest.hookimpl(hookwrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
-    try:
-        return (yield)
-    except _Counted:  # the write-count case ends with its kill_at block, passed
-        return True
+    outcome = yield
+    if outcome.excinfo is not None and isinstance(outcome.excinfo[1], _Counted):
+        outcome.force_result(True)  # the write-count case ends with its kill_at block, passed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    count = _counting.get(item.nodeid)
+    report = outcome.get_result()
+    if call.when != "call" or count is None or count.used or not report.passed:
+        return
+    # Skipped rather than failed: the scenario may run, rightly, in a child process (kill_at with
+    # sigkill=True), whose writes this process cannot count; the case ran as the last kill case.
+    filename, line = item.reportinfo()[:2]
+    report.outcome = "skipped"
+    report.longrepr = (str(filename), (line or 0) + 1, f"Skipped: {_NOT_COUNTED}")
+
+
+_NOT_COUNTED = (
+    "no kill_at block ran in pytest's process, so the number of writes of this test's scenario is not checked "
+    "(a block in a child process, or with sigkill=True, cannot be counted; without a block, pass crash_point on "
+    "as kill_at(*crash_point) around the scenario). Check writes= with "
+    "trainstatus.testing.count_writes(scenario) in a test of its own.")
+
+_counting: dict[str, Any] = {}  # nodeid -> the WriteCount of a write-count case being run
 
 
 @pytest.fixture
@@ -102,16 +129,13 @@ def crash_point(request: pytest.FixtureRequest) -> Any:
         yield request.param
         return
     from trainstatus import _testing_kill
-    from trainstatus.testing import TrainingStatusTestError
 
     expected = request.param.writes
     count = _testing_kill.WriteCount(expected, lambda made: _finish(expected, made))
     _testing_kill.write_count = count
+    _counting[request.node.nodeid] = count
     try:
         yield request.param.point
     finally:
         _testing_kill.write_count = None
-    if not count.used:
-        raise TrainingStatusTestError(
-            f"The {WRITE_COUNT} case of {request.node.nodeid} ran no kill_at block: pass the crash_point "
-            "fixture on as kill_at(*crash_point), around the scenario.")
+        del _counting[request.node.nodeid]

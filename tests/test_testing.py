@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 import pickle
 import re
 import subprocess
@@ -25,6 +26,7 @@ from trainstatus import (
     TrainingStatusValueError,
     TrainingStatusWarning,
 )
+from trainstatus._testing_interpose import Call, Hook, Interposer
 from trainstatus.testing import (
     POINTS,
     CrashPoint,
@@ -284,6 +286,10 @@ def test_count_writes_counts_as_kill_at_does(folder: Path) -> None:
 
 
 PLUGIN_TESTS = """
+import multiprocessing
+import os
+import signal
+
 import pytest
 from trainstatus import StatusStore
 from trainstatus.testing import kill_at
@@ -319,26 +325,61 @@ def test_too_many(tmp_path, crash_point):
 @pytest.mark.trainstatus_crash_points(writes=1, points=("renamed",))
 def test_without_the_block(tmp_path, crash_point):
     assert crash_point
+
+
+def child(folder, crash_point, sigkill):
+    with kill_at(*crash_point, sigkill=sigkill) as kill:
+        scenario(folder)
+    os._exit(0 if kill.killed else 1)
+
+
+@pytest.mark.parametrize("sigkill", [True, False])
+@pytest.mark.trainstatus_crash_points(writes=3, points=("renamed",))
+def test_in_a_child_process(tmp_path, crash_point, sigkill):
+    process = multiprocessing.get_context("fork").Process(target=child, args=(tmp_path, crash_point, sigkill))
+    process.start()
+    process.join()
+    assert process.exitcode == (-signal.SIGKILL if sigkill else 0)
 """
 
 
 def test_the_plugin_checks_the_number_of_writes_its_marker_gives(tmp_path: Path) -> None:
     (tmp_path / "test_plugin_cases.py").write_text(PLUGIN_TESTS)
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", "test_plugin_cases.py"],
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs", "test_plugin_cases.py"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     out = result.stdout
     failed = sorted(line.split(" ")[1].split("::", 1)[1] for line in out.splitlines() if line.startswith(("FAILED ", "ERROR ")))
-    assert failed == ["test_too_few[write-count]", "test_too_many[write-count]", "test_too_many[write4-renamed]",
-                      "test_without_the_block[write-count]"], out
-    assert "3 failed, 11 passed, 1 error" in out, out  # the write-count case of test_exact passes, ending with its block
+    assert failed == ["test_too_few[write-count]", "test_too_many[write-count]", "test_too_many[write4-renamed]"], out
+    # The write-count case of test_exact passes, ending with its block; the child process's cases pass (a real
+    # kill each, the write-count one's at the last point), and the count, which a child cannot give, is skipped.
+    assert "3 failed, 16 passed, 3 skipped in" in out, out
     assert ("TrainingStatusTestError: This test's scenario makes 3 status writes (its kill_at block, run once without a "
             "kill), but @pytest.mark.trainstatus_crash_points(writes=2) says 2, so no kill at write 3 is tested. Set "
             "writes=3.") in out
     assert ("TrainingStatusTestError: This test's scenario makes 3 status writes (its kill_at block, run once without a "
             "kill), but @pytest.mark.trainstatus_crash_points(writes=4) says 4, so the cases of write 4 fail with kills "
             "that never happen. Set writes=3.") in out
-    assert ("TrainingStatusTestError: The write-count case of test_plugin_cases.py::test_without_the_block[write-count] "
-            "ran no kill_at block: pass the crash_point fixture on as kill_at(*crash_point), around the scenario.") in out
+    not_counted = ("no kill_at block ran in pytest's process, so the number of writes of this test's scenario is not "
+                   "checked (a block in a child process, or with sigkill=True, cannot be counted; without a block, pass "
+                   "crash_point on as kill_at(*crash_point) around the scenario). Check writes= with "
+                   "trainstatus.testing.count_writes(scenario) in a test of its own.")
+    lines = PLUGIN_TESTS.splitlines()  # lines[n] is line n + 1 of the file; a skip names a test's first decorator
+    assert [line for line in out.splitlines() if line.startswith("SKIPPED ")] == [
+        f"SKIPPED [1] test_plugin_cases.py:{lines.index('def test_without_the_block(tmp_path, crash_point):')}: {not_counted}",
+        f"SKIPPED [2] test_plugin_cases.py:{lines.index('def test_in_a_child_process(tmp_path, crash_point, sigkill):') - 1}: "
+        f"{not_counted}"], out
+
+
+def test_the_plugin_loads_with_the_pluggy_of_pytest_7() -> None:
+    """pytest imports the plugin in every environment trainstatus is installed in: a new-style
+    wrapper (wrapper=True, pluggy >= 1.2) would break pytest 7's (pluggy 1.0) at import."""
+    import _trainstatus_pytest
+
+    hooks = {name: getattr(_trainstatus_pytest, name) for name in dir(_trainstatus_pytest) if name.startswith("pytest_")}
+    options = {name: getattr(hook, "pytest_impl", {}) for name, hook in hooks.items()}
+    assert options["pytest_pyfunc_call"].get("hookwrapper"), options
+    assert not any(opts.get("wrapper") for opts in options.values()), options
+    assert "wrapper=True" not in Path(_trainstatus_pytest.__file__).read_text().replace("hookwrapper=True", "")
 
 
 def test_every_crash_runs_each_point_of_each_write_from_the_same_start(folder: Path) -> None:
@@ -570,6 +611,126 @@ def test_files_opened_while_recording_behave_as_the_real_open(tmp_path: Path) ->
     assert recorded == [real]
     assert sum(op.startswith("write(") for op in recording.operations) == 4, recording.operations
     assert "truncate(#1001, 550)" in recording.operations
+
+
+def test_power_losses_follow_reads_and_appends(tmp_path: Path) -> None:
+    """A read moves the offset the next write goes to; an append goes to the end, whoever appended last."""
+    folder = tmp_path  # not under pyfakefs, whose os.lseek returns None (a text file in "a" mode asks tell())
+    (folder / "header.bin").write_bytes(b"0123456789")
+    (folder / "log.txt").write_bytes(b"line0\n")
+
+    def run() -> None:
+        fd = os.open(folder / "header.bin", os.O_RDWR)
+        os.read(fd, 4)
+        os.write(fd, b"AB")
+        os.close(fd)
+        with open(folder / "header.bin", "r+b") as f:  # read it all, then add to it through the same handle
+            f.read()
+            f.write(b"XYZ")
+        first, second = open(folder / "log.txt", "a"), open(folder / "log.txt", "a")
+        for f, line in ((first, "A\n"), (second, "B\n"), (first, "C\n")):
+            f.write(line)
+            f.flush()
+        first.close()
+        second.close()
+
+    ends: list[tuple[bytes, bytes]] = []
+    recording = power_losses(run, lambda loss: ends.append(
+        (loss.state.content("header.bin"), loss.state.content("log.txt"))) if loss.returned else None, root=folder)
+    assert [(op.offset, op.data) for op in recording.ops if op.kind == "write"] == [
+        (4, b"AB"), (10, b"XYZ"), (6, b"A\n"), (8, b"B\n"), (10, b"C\n")], recording.operations
+    assert (b"0123AB6789XYZ", b"line0\nA\nB\nC\n") in ends  # nothing lost: the unsynced writes may be, too
+
+
+class Calls(Hook):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def after(self, call: Call, result: object) -> None:
+        self.names.append(call.name)
+
+
+def test_an_open_refused_while_recording_leaves_the_file_and_no_descriptor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "old.txt").write_text("kept")
+    calls = Calls()
+    with Interposer(tmp_path, calls, builtin_open=True) as interposer:
+        with pytest.raises(ValueError, match="illegal newline value: x"):
+            open(tmp_path / "new.txt", "w", newline="x")
+        with pytest.raises(LookupError, match="unknown encoding: nope"):
+            open(tmp_path / "old.txt", "w", encoding="nope")
+        with pytest.raises(TypeError, match="'newline' must be str or None, not int"):
+            open(tmp_path / "old.txt", "w", newline=1)  # type: ignore[call-overload]
+        assert calls.names == []  # refused before the file was opened: not created, not truncated
+
+        real_wrapper = io.TextIOWrapper
+
+        def failing(buffer: Any, *args: Any, **kwargs: Any) -> io.TextIOWrapper:
+            if not isinstance(buffer, io.BytesIO):
+                raise OSError("a failure after the open")
+            return real_wrapper(buffer, *args, **kwargs)
+
+        monkeypatch.setattr(io, "TextIOWrapper", failing)
+        with pytest.raises(OSError, match="a failure after the open") as failure:
+            open(tmp_path / "old.txt", "a")
+        monkeypatch.undo()
+        # Closed by then, not when the last reference to the file object goes (the traceback holds one).
+        assert calls.names[0] == "open" and calls.names[-1] == "close" and interposer.fds == {}, calls.names
+        del failure
+    assert os.listdir(tmp_path) == ["old.txt"] and (tmp_path / "old.txt").read_text() == "kept"
+
+
+class Accessor310:
+    """A stand-in for Python 3.10's pathlib._NormalAccessor: os's functions and io.open, bound at import."""
+
+    open = io.open
+    mkdir = os.mkdir
+    unlink = os.unlink
+    rename = os.rename
+    replace = os.replace
+    stat = os.stat
+
+
+def test_power_losses_see_pathlib_of_python_3_10(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Path.open, write_bytes, mkdir, unlink and replace call the accessor's functions on 3.10."""
+    monkeypatch.setattr(pathlib, "_NormalAccessor", Accessor310, raising=False)
+    accessor = Accessor310()
+
+    def run() -> None:
+        accessor.mkdir(tmp_path / "models")
+        with accessor.open(tmp_path / "models" / "a.bin", "wb") as f:
+            f.write(b"weights")
+        accessor.replace(tmp_path / "models" / "a.bin", tmp_path / "models" / "b.bin")
+        accessor.rename(tmp_path / "models" / "b.bin", tmp_path / "models" / "c.bin")
+        accessor.unlink(tmp_path / "models" / "c.bin")
+
+    recording = power_losses(run, lambda loss: None, root=tmp_path)
+    created = next(op.inode for op in recording.ops if op.kind == "create")
+    assert recording.operations == (
+        "mkdir(models)", f"create(models/a.bin as #{created}, {0o666 & ~current_umask():#o})", f"write(#{created}, 7 bytes at 0)",
+        "rename(models/a.bin -> models/b.bin)", "rename(models/b.bin -> models/c.bin)", "unlink(models/c.bin)")
+    assert all(Accessor310.__dict__[name] is getattr(os, name) for name in ("mkdir", "unlink", "rename", "replace"))
+    assert Accessor310.__dict__["open"] is io.open  # put back
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_on_python_3_10_an_incomplete_recording_names_pathlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("trainstatus._testing_record._PATHLIB_ACCESSOR", True)
+
+    def run() -> None:
+        os.symlink("elsewhere", tmp_path / "made-unseen")
+        os.unlink(tmp_path / "made-unseen")
+
+    with pytest.raises(IncompleteRecording, match=re.escape(
+            "outside the folder; trace: ['unlink(made-unseen)']. On Python 3.10, pathlib's Path methods (open, "
+            "write_bytes, mkdir, unlink, replace) reach os through pathlib._NormalAccessor, which the recording "
+            "patches; if pathlib made that change, make it with open() and os calls instead, or run the test on "
+            "Python 3.11 or later.") + "$"):
+        power_losses(run, lambda loss: None, root=tmp_path)
 
 
 def test_power_losses_see_a_file_removed_before_the_run_ends(folder: Path) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import pathlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -86,14 +87,29 @@ class Interposer:
         self._saved: dict[str, Any] = {}
         self.builtin_open = builtin_open
         self._opens: list[tuple[Any, str, Any]] = []  # (module, name, saved) of the open replaced
+        self._accessor: list[tuple[Any, str, Any]] = []  # (class, name, saved) of pathlib's functions replaced
         self._watch = contextlib.ExitStack()
 
     def __enter__(self) -> Interposer:
         self._thread = threading.get_ident()
         own = vars(self.os)
+        real_open = vars(io).get("open")
         for name, real in self.real.items():
             self._saved[name] = own.get(name, _MISSING)
             setattr(self.os, name, self._wrap(name, real))
+        # Python 3.10's pathlib calls os through pathlib._NormalAccessor, which bound io.open, os.mkdir,
+        # os.unlink, os.replace... at import: Path.open, write_bytes, mkdir, unlink and replace would
+        # bypass the replaced functions. Its bindings of the real ones are replaced too (3.11 has none).
+        accessor = getattr(pathlib, "_NormalAccessor", None)
+        if accessor is not None:
+            bound = vars(accessor)
+            for name, real in self.real.items():
+                if bound.get(name) is real:
+                    self._accessor.append((accessor, name, real))
+                    setattr(accessor, name, staticmethod(self._wrap(name, real)))
+            if self.builtin_open and real_open is not None and bound.get("open") is real_open:
+                self._accessor.append((accessor, "open", real_open))
+                setattr(accessor, "open", staticmethod(self._wrap_open(real_open)))
         if self.builtin_open:
             # The builtin open (pyfakefs' under pyfakefs) and the io module this module sees.
             for module in (builtins, io):
@@ -111,6 +127,9 @@ class Interposer:
             else:
                 setattr(self.os, name, saved)
         self._saved.clear()
+        for accessor, name, saved in reversed(self._accessor):
+            setattr(accessor, name, saved)
+        self._accessor.clear()
         for module, name, saved in reversed(self._opens):
             if saved is _MISSING:
                 delattr(module, name)

@@ -287,12 +287,20 @@ _active: list[_Session] = []  # at most one: the observer slot is one
 class WriteCount:
     """Set by the pytest plugin for a marked test's ``write-count`` case: its next ``kill_at``
     block runs without a kill, and ``finish`` gets the number of writes the block made (it raises:
-    the test fails if that is not ``expected``, and ends there otherwise)."""
+    the test fails if that is not ``expected``, and ends there otherwise).
+
+    Only a block in pytest's own process counts (``pid``), and not one with ``sigkill=True``: a
+    child process forked by the test inherits this state, but its parent checks how it ended
+    (killed, as in the other cases), and could not hear the count."""
 
     def __init__(self, expected: int, finish: Callable[[int], Any]) -> None:
         self.expected = expected
         self.finish = finish
         self.used = False
+        self.pid = os.getpid()
+
+    def counts(self, sigkill: bool) -> bool:
+        return not self.used and not sigkill and self.pid == os.getpid()
 
 
 write_count: WriteCount | None = None
@@ -344,7 +352,7 @@ def kill_at(write: int, point: str, *, root: str | os.PathLike[str] | None = Non
         raise TrainingStatusValueError(
             f"kill_at: write= must be the number of a write (an int >= 1; 1: the first), not {write!r}.")
     _check_points([point])
-    if write_count is not None and not write_count.used:
+    if write_count is not None and write_count.counts(sigkill):
         write_count.used = True
         with _observing(_Session(Kill(0, "created"), None, False)) as counting:
             yield Kill(write, point)

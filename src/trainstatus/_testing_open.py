@@ -125,6 +125,10 @@ def open_through(os_module: Any, real_open: Callable[..., Any], file: Any, mode:
             or (binary and (encoding is not None or errors is not None or newline is not None or buffering == 1))
             or (not binary and buffering == 0) or (not closefd and not isinstance(file, int))):
         return real_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+    if not binary:
+        # What TextIOWrapper refuses (a newline= or encoding= it does not know, a wrong type) is
+        # refused before the file is created or truncated, on a wrapper of nothing.
+        io.TextIOWrapper(io.BytesIO(), "utf-8" if encoding is None else encoding, errors, newline)
     if isinstance(file, int):
         fd = file
     else:
@@ -152,7 +156,11 @@ def open_through(os_module: Any, real_open: Callable[..., Any], file: Any, mode:
         buffered = _pyio.BufferedWriter(raw, size)
     if binary:
         return buffered
-    text = io.TextIOWrapper(buffered, encoding, errors, newline, line_buffering=buffering == 1)
+    try:
+        text = io.TextIOWrapper(buffered, encoding, errors, newline, line_buffering=buffering == 1)
+    except BaseException:
+        buffered.close()  # its descriptor now, as the real open does, not at some later GC
+        raise
     text.mode = mode  # type: ignore[misc]  # as the real open sets it
     return text
 

@@ -8,7 +8,7 @@ operations that decide what a power loss can leave:
     rename   os.replace / os.rename                             (directory operation)
     link     os.link                                            (directory operation)
     unlink   os.unlink / os.remove                              (directory operation)
-    write    os.write / os.pwrite, at the descriptor's offset   (file data)
+    write    os.write / os.pwrite, at the descriptor's offset   (file data; O_APPEND: at the end)
     truncate os.ftruncate / os.truncate / os.open(O_TRUNC)      (file data)
     chmod    os.fchmod / os.chmod                               (file attribute)
     fsync    os.fsync of a file (os.fdatasync: data only)
@@ -29,6 +29,7 @@ import dataclasses
 import os
 import re
 import stat
+import sys
 from typing import Any
 
 from ._testing_fs import FsState, is_lock_name, snapshot
@@ -167,6 +168,7 @@ class Recorder(Hook):
         self.unexplained: list[str] = []  # removed, renamed or linked, never seen made
         self._fd: dict[int, tuple[str, Any]] = {}  # fd -> ("file", inode) | ("dir", rel) | ("ignored", None)
         self._offset: dict[int, int] = {}
+        self._append: set[int] = set()  # descriptors opened with O_APPEND: every write goes to the end
         self._existed: bool = False
         self._next_inode = max(initial.files, default=0) + 1000
 
@@ -235,15 +237,23 @@ class Recorder(Hook):
         elif name == "close":
             self._fd.pop(args[0], None)
             self._offset.pop(args[0], None)
+            self._append.discard(args[0])
         elif name in ("write", "pwrite"):
             target = self._fd.get(args[0])
             if target is None or target[0] != "file":
                 return
             data = bytes(args[1])[:result]
-            offset = args[2] if name == "pwrite" else self._offset.get(args[0], 0)
+            if args[0] in self._append and (name == "write" or sys.platform == "linux"):
+                # At the end, wherever the offset is (Linux's pwrite too): another descriptor may have appended.
+                offset = len(self.live.files[target[1]][0])
+            else:
+                offset = args[2] if name == "pwrite" else self._offset.get(args[0], 0)
             if name == "write":
                 self._offset[args[0]] = offset + result
             self._emit(Op("write", inode=target[1], offset=offset, data=data, seen_mode=self._real_mode(args[0])))
+        elif name == "read":
+            if args[0] in self._offset:  # a read moves the offset the next write goes to
+                self._offset[args[0]] += len(result)
         elif name == "lseek":
             self._offset[args[0]] = result
         elif name in ("fsync", "fdatasync"):
@@ -291,6 +301,8 @@ class Recorder(Hook):
             self._fd[fd] = ("dir", rel)
             return
         self._offset[fd] = 0
+        if flags & os.O_APPEND:
+            self._append.add(fd)
         if not self._existed:
             inode = self._next_inode
             self._next_inode += 1
@@ -310,18 +322,33 @@ class IncompleteRecording(TrainingStatusTestError):
     """The recorded trace does not explain what is on disk: something changed it unseen."""
 
 
+# Python 3.10's pathlib reaches os through pathlib._NormalAccessor, whose bindings the recording
+# replaces too (``_testing_interpose``); that is tested with a stand-in of the accessor only, so on
+# 3.10 every message names pathlib as a possible cause.
+_PATHLIB_ACCESSOR = sys.version_info < (3, 11)
+
+
+def _incomplete(message: str) -> IncompleteRecording:
+    if _PATHLIB_ACCESSOR:
+        message += ("" if message.endswith(".") else ".") + (
+            " On Python 3.10, pathlib's Path methods (open, write_bytes, mkdir, unlink, replace) reach os through "
+            "pathlib._NormalAccessor, which the recording patches; if pathlib made that change, make it with "
+            "open() and os calls instead, or run the test on Python 3.11 or later.")
+    return IncompleteRecording(message)
+
+
 def verify_recording(recorder: Recorder, root: str | os.PathLike[str]) -> None:
     """Replaying the trace must give exactly the real directory, and nothing may have been
     written unseen (even a file removed again)."""
     if recorder.unseen_names:
-        raise IncompleteRecording(
+        raise _incomplete(
             f"{', '.join(recorder.unseen_names)} in {os.fspath(root)} {'was' if len(recorder.unseen_names) == 1 else 'were'} "
             "opened for writing by code the recorder does not see (a C extension writing to a file "
             "name itself, as torch.save(obj, 'name') does, or a module that kept the builtin open from "
             "before the recording), so the power-loss states would miss those writes. Give such code "
             "a file object (torch.save(obj, f) with f = open(name, 'wb')), or write outside the folder.")
     if recorder.unexplained:
-        raise IncompleteRecording(
+        raise _incomplete(
             f"{', '.join(recorder.unexplained)} in {os.fspath(root)} {'was' if len(recorder.unexplained) == 1 else 'were'} "
             "removed, renamed or linked by the run but never seen made: something the recorder does not "
             "see made it (C code writing on its own, os.symlink, pathlib under pyfakefs), so the "
@@ -333,6 +360,6 @@ def verify_recording(recorder: Recorder, root: str | os.PathLike[str]) -> None:
         found = {row[0]: row[1:] for row in real.key()}
         differences = sorted(set(recorded) ^ set(found)) + sorted(
             rel for rel in set(recorded) & set(found) if recorded[rel] != found[rel])
-        raise IncompleteRecording(
+        raise _incomplete(
             f"the recorded operations do not explain the directory after the call; differing names: "
             f"{differences}; trace: {[str(op) for op in recorder.ops]}")
