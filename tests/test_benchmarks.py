@@ -64,6 +64,7 @@ def assert_machine(info: dict[str, Any]) -> None:
         assert info[package] != "not installed"
 
 
+@pytest.mark.long
 def test_write_overhead_quick(tmp_path: Path) -> None:
     report, stdout = run_quick("write_overhead.py", tmp_path, plots=("plot-list.png",))
     assert report["benchmark"] == "write_overhead" and report["quick"] is True and report["format"] == 2
@@ -118,6 +119,7 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
     assert "MET" in stdout or "MISSED" in stdout
 
 
+@pytest.mark.long
 def test_write_overhead_measures_every_shape(tmp_path: Path) -> None:
     json_path = tmp_path / "report.json"
     done = subprocess.run(

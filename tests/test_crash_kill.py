@@ -469,6 +469,7 @@ def assert_every_key_and_count(path: Path, workers: int, sets: int) -> None:
         assert doc[_workers.own_category(worker)] == _workers.expected_own(worker, sets)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("layout", ["one-store", "store-per-thread"])
 def test_threads_at_the_issues_numbers(tmp_path: Path, layout: str, soak: bool, reliability: Any) -> None:
     """8 threads x 200 sets of their own keys plus 200 increments each in a transaction

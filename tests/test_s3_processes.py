@@ -37,6 +37,9 @@ TIMEOUT = 120
 # Fail fast while the server is down: one attempt per request (the default is botocore's 3).
 FAST_FAIL = {"retries": {"total_max_attempts": 1}, "connect_timeout": 2, "read_timeout": 10}
 
+# Real processes against a real S3 server (3 to 9 s each): the long group, a step of its own in .ci/run.
+pytestmark = pytest.mark.long
+
 
 def stored(s3: Bucket) -> dict[str, Any]:
     data = s3.read()
@@ -218,7 +221,6 @@ def test_a_restarted_empty_server_gets_back_everything_the_store_knew() -> None:
 # -- the benchmark still runs -------------------------------------------------------------------------
 
 
-@pytest.mark.long
 def test_benchmark_quick_smoke(tmp_path: Path) -> None:
     json_path = tmp_path / "s3_writers.json"
     done = subprocess.run(
