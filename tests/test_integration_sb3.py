@@ -186,6 +186,28 @@ def test_replay_buffer_and_vecnormalize_files_are_named_as_sb3_names_them(torch_
     assert "does not end as a pickle does" in resumed["warnings"][0]
 
 
+CURRICULUM_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sb3_curriculum.py"
+
+
+def test_the_curriculum_example_restores_its_lesson_from_the_status_file(torch_python: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    with StatusStore(directory / "training_status.json") as store:
+        store.set("cartpole", "lesson", 2)  # as a run that reached lesson 2 left it
+
+    def example(steps: int) -> list[str]:
+        result = subprocess.run([str(torch_python), str(CURRICULUM_EXAMPLE), "--dir", str(directory),
+                                 "--steps", str(steps), "--save-freq", "128"],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    assert example(256) == ["resumed from None at step 0, lesson 2", "trained to step 256, lesson 2"]
+    # PPO trains whole rollouts (n_steps=256): 128 more steps are one rollout, to step 512.
+    assert example(128) == [f"resumed from {directory}/rl_model_256_steps.zip at step 256, lesson 2",
+                            "trained to step 512, lesson 2"]
+
+
 def test_import_trainstatus_imports_neither_torch_nor_sb3_where_they_are_installed(torch_python: Path) -> None:
     code = ("import sys, trainstatus, trainstatus.integrations\n"
             "trainstatus.StatusStore, trainstatus.CheckpointList\n"
