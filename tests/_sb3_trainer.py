@@ -46,7 +46,7 @@ def main() -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        path = last_complete_checkpoint(directory, name_prefix=prefix)
+        path = last_complete_checkpoint(directory, name_prefix=prefix, status_path=options.get("status_path"))
     if path is not None:
         model = algo.load(path, env=env, device="cpu")
     elif algo is PPO:
@@ -80,7 +80,7 @@ def main() -> None:
     callbacks.append(TrainStatusCheckpointCallback(
         options["save_freq"], directory, name_prefix=prefix, keep=options.get("keep"),
         save_replay_buffer=options.get("save_replay_buffer", False),
-        save_vecnormalize=options.get("save_vecnormalize", False)))
+        save_vecnormalize=options.get("save_vecnormalize", False), status_path=options.get("status_path")))
     say(event="ready")
     if options.get("steps", 0):
         model.learn(options["steps"], callback=CallbackList(callbacks), reset_num_timesteps=False)

@@ -88,10 +88,11 @@ class Trainer:
                 stream.close()
 
 
-def recorded(directory: Path, prefix: str = "rl_model") -> list[dict[str, Any]]:
-    if not (directory / "training_status.json").exists():
+def recorded(directory: Path, prefix: str = "rl_model", status: Path | None = None) -> list[dict[str, Any]]:
+    status = status or directory / "training_status.json"
+    if not status.exists():
         return []  # killed before the first checkpoint
-    with StatusStore(directory / "training_status.json") as store:
+    with StatusStore(status) as store:
         return list(store.get(prefix, "checkpoints") or [])
 
 
@@ -160,6 +161,17 @@ def test_resume_continues_from_the_recorded_step_count(torch_python: Path, run: 
     assert events["done"]["steps"] == 384 + 128
     assert [e["steps"] for e in recorded(run)] == [384, 448, 512]
     assert zips(run) == ["rl_model_384_steps.zip", "rl_model_448_steps.zip", "rl_model_512_steps.zip"]
+
+
+def test_status_path_and_name_prefix_put_the_record_where_they_say(torch_python: Path, tmp_path: Path) -> None:
+    directory, status = tmp_path / "logs", tmp_path / "elsewhere" / "status.json"
+    options = {"dir": str(directory), "status_path": str(status), "name_prefix": "cartpole", "save_freq": SAVE_FREQ}
+    Trainer(torch_python, **options, steps=128).finish()
+    assert zips(directory) == ["cartpole_128_steps.zip", "cartpole_64_steps.zip"]
+    assert not (directory / "training_status.json").exists()
+    assert [e["steps"] for e in recorded(directory, "cartpole", status)] == [64, 128]
+    resumed = Trainer(torch_python, **options).finish()["resumed"]
+    assert (resumed["path"], resumed["steps"]) == (str(directory / "cartpole_128_steps.zip"), 128)
 
 
 def test_replay_buffer_and_vecnormalize_files_are_named_as_sb3_names_them(torch_python: Path, tmp_path: Path) -> None:
