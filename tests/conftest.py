@@ -6,7 +6,8 @@ The ``reliability`` fixture is a session-wide tally: a test that kills writers, 
 states, injects faults, tries damaged files or runs concurrent writers adds what it actually did
 (``reliability.add("kills", n)``). At the end of the run the terminal summary prints the table,
 so the figures in docs/reliability.md come from a command anyone can run (``-m ""``: every test,
-the default run's and the ``long``, ``mlagents`` and ``integrations`` groups'), or for the reliability suites alone:
+the default run's and the ``long``, ``mlagents`` and ``integrations`` groups'), or for the
+reliability suites alone:
 
     python -m pytest -m "" tests/test_crash_kill.py tests/test_crash_states.py tests/test_faults_merge.py \
         tests/test_security.py -q -p no:cacheprovider --no-cov
