@@ -23,11 +23,12 @@ Usage (two lines differ from SB3's own recipe)::
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import zipfile
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
@@ -114,9 +115,11 @@ class TrainStatusCheckpointCallback(CheckpointCallback):
         if self.verbose >= 2:
             print(f"Saving model checkpoint to {model_path}")
         extra: list[str] = []
-        if self.save_replay_buffer and getattr(self.model, "replay_buffer", None) is not None:
+        # As CheckpointCallback asks: any model with a replay buffer, not only OffPolicyAlgorithm's.
+        model: Any = self.model
+        if self.save_replay_buffer and getattr(model, "replay_buffer", None) is not None:
             replay_buffer_path = self._checkpoint_path("replay_buffer_", extension="pkl")
-            _write_atomically(replay_buffer_path, lambda file, _: self.model.save_replay_buffer(file))
+            _write_atomically(replay_buffer_path, lambda file, _: model.save_replay_buffer(file))
             extra.append(replay_buffer_path)
             if self.verbose > 1:
                 print(f"Saving model replay buffer checkpoint to {replay_buffer_path}")
@@ -178,7 +181,7 @@ def _status_path(save_path: str, status_path: str | os.PathLike[str] | None) -> 
     return os.path.join(save_path, STATUS_FILE) if status_path is None else os.fspath(status_path)
 
 
-def _write_atomically(target: str, save: Callable[[IO[bytes], str], object]) -> None:
+def _write_atomically(target: str, save: Callable[[io.BufferedWriter, str], object]) -> None:
     """Run ``save(file, temp_path)`` into a temp file beside ``target``, then make it ``target``.
 
     The write protocol of ``trainstatus._atomic`` (temp in the same folder, fsync, rename, folder
