@@ -6,7 +6,8 @@ The ``reliability`` fixture is a session-wide tally: a test that kills writers, 
 states, injects faults, tries damaged files or runs concurrent writers adds what it actually did
 (``reliability.add("kills", n)``). At the end of the run the terminal summary prints the table,
 so the figures in docs/reliability.md come from a command anyone can run (``-m ""``: every test,
-the default run's and the ``long`` and ``mlagents`` groups'), or for the reliability suites alone:
+the default run's and the ``long``, ``mlagents`` and ``integrations`` groups'), or for the
+reliability suites alone:
 
     python -m pytest -m "" tests/test_crash_kill.py tests/test_crash_states.py tests/test_faults_merge.py \
         tests/test_security.py -q -p no:cacheprovider --no-cov
@@ -93,13 +94,27 @@ def mla_python() -> Path:
     return _mlagents_env.ensure()
 
 
+@pytest.fixture(scope="session")
+def torch_python() -> Path:
+    """The interpreter of the torch environment: builds ``.venv-torch/`` once (tests/_torch_env.py)."""
+    import _torch_env
+
+    return _torch_env.ensure()
+
+
+# A fixture that builds an environment -> the marker of the tests that use it.
+ENVIRONMENT_MARKERS = {"mla_python": pytest.mark.mlagents, "torch_python": pytest.mark.integrations}
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker must be there when it looks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A test that needs the ML-Agents environment is marked by needing it: no test can build
-    # .venv-mlagents/ (150 MB, ~30 s) in the default run by forgetting its marker.
+    # A test that needs a built environment is marked by needing it: no test can build
+    # .venv-mlagents/ (150 MB, ~30 s) or .venv-torch/ (about 1 GB, ~2 min) in the default run by
+    # forgetting its marker.
     for item in items:
-        if "mla_python" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.mlagents)
+        for fixture, marker in ENVIRONMENT_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
 
 
 SEED_VARIABLE = "TRAINSTATUS_SEED"

@@ -47,7 +47,7 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 
 # The blocks marked no-run, README and docs together. Keep them few: each one is an example that
 # can rot unseen.
-NO_RUN = 1
+NO_RUN = 2
 
 RUN_LANGUAGES = {"python", "console"}
 SHOWN_LANGUAGES = {"", "json", "text", "sh"}

@@ -1,0 +1,8 @@
+"""Adapters that give training libraries trainstatus's checkpoint promise, one module per library.
+
+- ``trainstatus.integrations.sb3``: Stable-Baselines3 (``pip install "trainstatus[sb3]"``).
+
+Each module imports its library at the top and is imported only by its users: this package imports
+nothing, so ``import trainstatus`` and ``import trainstatus.integrations`` never load torch or any
+training library.
+"""

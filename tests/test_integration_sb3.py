@@ -1,0 +1,314 @@
+"""trainstatus.integrations.sb3 on Stable-Baselines3's real training loop (PPO and DQN on CartPole).
+
+Every test runs the real library in children started with .venv-torch's interpreter
+(tests/_sb3_trainer.py), so they are all in the ``integrations`` group (the ``torch_python``
+fixture marks them). The random-kill test measures, on the same kills, how often SB3's usual
+resume (the newest ``*.zip``) fails to load and prints both figures: docs/integrations/sb3.md
+quotes them.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus import StatusStore
+
+TRAINER = Path(__file__).resolve().parent / "_sb3_trainer.py"
+SAVE_FREQ = 64  # one save per PPO rollout (n_steps=64)
+
+
+class Trainer:
+    """One child run of tests/_sb3_trainer.py, its JSON lines read as they come (by a thread: a
+    selector on the pipe would not see lines already read into the text buffer)."""
+
+    def __init__(self, python: Path, **options: Any) -> None:
+        self.process = subprocess.Popen(
+            [str(python), str(TRAINER), json.dumps(options)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        self.events: dict[str, dict[str, Any]] = {}
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # the end
+
+    def until(self, event: str, timeout: float = 120.0) -> dict[str, Any]:
+        """Read lines until ``event``; fail with the child's stderr if it ends first."""
+        deadline = time.monotonic() + timeout
+        while event not in self.events:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                pytest.fail(f"the trainer printed no {event!r} line in {timeout} s")
+            if not line:
+                self.process.wait()
+                stderr = self.process.stderr.read() if self.process.stderr else ""
+                pytest.fail(f"the trainer ended (exit {self.process.returncode}) before {event!r}:\n{stderr}")
+            fields = json.loads(line)
+            self.events[fields["event"]] = fields
+        return self.events[event]
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Wait for the run's end (exit 0); its events, the last one ``done``."""
+        try:
+            self.until("done", timeout=300)
+            assert self.process.wait(timeout=60) == 0
+        finally:
+            self.kill()
+        return self.events
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self.reader.join()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def recorded(directory: Path, prefix: str = "rl_model", status: Path | None = None) -> list[dict[str, Any]]:
+    status = status or directory / "training_status.json"
+    if not status.exists():
+        return []  # killed before the first checkpoint
+    with StatusStore(status) as store:
+        return list(store.get(prefix, "checkpoints") or [])
+
+
+def zips(directory: Path) -> list[str]:
+    return sorted(os.path.basename(p) for p in glob.glob(str(directory / "*.zip")))
+
+
+@pytest.fixture(scope="module")
+def trained(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of a PPO run of 384 timesteps with keep=3: checkpoints at 256, 320 and 384."""
+    directory = tmp_path_factory.mktemp("sb3") / "logs"
+    Trainer(torch_python, dir=str(directory), save_freq=SAVE_FREQ, keep=3, steps=384).finish()
+    return directory
+
+
+@pytest.fixture
+def run(trained: Path, tmp_path: Path) -> Path:
+    """A copy of the trained folder for one test to damage."""
+    directory = tmp_path / "logs"
+    shutil.copytree(trained, directory)
+    return directory
+
+
+def test_keep_leaves_exactly_the_newest_n_checkpoints(trained: Path) -> None:
+    assert zips(trained) == ["rl_model_256_steps.zip", "rl_model_320_steps.zip", "rl_model_384_steps.zip"]
+    entries = recorded(trained)
+    assert [(e["steps"], e["file_path"], e["auxillary_file_paths"]) for e in entries] == [
+        (256, "rl_model_256_steps.zip", []), (320, "rl_model_320_steps.zip", []), (384, "rl_model_384_steps.zip", []),
+    ]
+    # No temp file of a save is left, and nothing else but the status file and its own files.
+    assert not [n for n in os.listdir(trained) if n.endswith(".tmp")]
+
+
+def test_a_zip_cut_in_half_is_skipped_with_a_warning(torch_python: Path, run: Path) -> None:
+    newest = run / "rl_model_384_steps.zip"
+    with open(newest, "r+b") as f:
+        f.truncate(newest.stat().st_size // 2)
+    resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3).finish()["resumed"]
+    assert resumed["path"] == str(run / "rl_model_320_steps.zip")
+    assert resumed["steps"] == 320  # PPO.load succeeded on it in the child
+    [warning] = resumed["warnings"]
+    assert "steps 384" in warning and "rl_model_384_steps.zip is not a whole SB3 model zip" in warning and "Using the checkpoint at steps 320" in warning
+
+
+def test_a_listed_file_deleted_by_hand_is_skipped(torch_python: Path, run: Path) -> None:
+    (run / "rl_model_384_steps.zip").unlink()
+    (run / "rl_model_320_steps.zip").unlink()
+    resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3).finish()["resumed"]
+    assert (resumed["path"], resumed["steps"]) == (str(run / "rl_model_256_steps.zip"), 256)
+    [warning] = resumed["warnings"]
+    assert "rl_model_384_steps.zip is missing" in warning and "rl_model_320_steps.zip is missing" in warning
+
+
+def test_nothing_recorded_starts_fresh_and_nothing_whole_warns(torch_python: Path, run: Path, tmp_path: Path) -> None:
+    for name in zips(run):
+        (run / name).write_bytes(b"PK\x03\x04 not a whole zip")
+    resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ).finish()["resumed"]
+    assert (resumed["path"], resumed["steps"]) == (None, 0)
+    [warning] = resumed["warnings"]
+    assert "No checkpoint of rl_model/checkpoints" in warning and warning.count("BadZipFile") == 3
+
+
+def test_resume_continues_from_the_recorded_step_count(torch_python: Path, run: Path) -> None:
+    events = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3, steps=128).finish()
+    assert events["resumed"]["steps"] == 384
+    assert events["done"]["steps"] == 384 + 128
+    assert [e["steps"] for e in recorded(run)] == [384, 448, 512]
+    assert zips(run) == ["rl_model_384_steps.zip", "rl_model_448_steps.zip", "rl_model_512_steps.zip"]
+
+
+def test_status_path_and_name_prefix_put_the_record_where_they_say(torch_python: Path, tmp_path: Path) -> None:
+    directory, status = tmp_path / "logs", tmp_path / "elsewhere" / "status.json"
+    options = {"dir": str(directory), "status_path": str(status), "name_prefix": "cartpole", "save_freq": SAVE_FREQ}
+    Trainer(torch_python, **options, steps=128).finish()
+    assert zips(directory) == ["cartpole_128_steps.zip", "cartpole_64_steps.zip"]
+    assert not (directory / "training_status.json").exists()
+    assert [e["steps"] for e in recorded(directory, "cartpole", status)] == [64, 128]
+    resumed = Trainer(torch_python, **options).finish()["resumed"]
+    assert (resumed["path"], resumed["steps"]) == (str(directory / "cartpole_128_steps.zip"), 128)
+
+
+def test_replay_buffer_and_vecnormalize_files_are_named_as_sb3_names_them(torch_python: Path, tmp_path: Path) -> None:
+    # DQN (it has a replay buffer) with VecNormalize, SB3's own CheckpointCallback beside ours in
+    # the same run: the two folders hold the same names; ours lists the .pkl files in the entry.
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    Trainer(torch_python, algo="dqn", vecnormalize=True, dir=str(ours), sb3_dir=str(theirs), save_freq=SAVE_FREQ,
+            save_replay_buffer=True, save_vecnormalize=True, steps=128).finish()
+    names = sorted(n for n in os.listdir(theirs))
+    assert names == ["rl_model_128_steps.zip", "rl_model_64_steps.zip",
+                     "rl_model_replay_buffer_128_steps.pkl", "rl_model_replay_buffer_64_steps.pkl",
+                     "rl_model_vecnormalize_128_steps.pkl", "rl_model_vecnormalize_64_steps.pkl"]
+    assert sorted(n for n in os.listdir(ours) if not n.startswith(".") and "training_status" not in n) == names
+    assert [(e["steps"], e["file_path"], e["auxillary_file_paths"]) for e in recorded(ours)] == [
+        (64, "rl_model_64_steps.zip", ["rl_model_replay_buffer_64_steps.pkl", "rl_model_vecnormalize_64_steps.pkl"]),
+        (128, "rl_model_128_steps.zip", ["rl_model_replay_buffer_128_steps.pkl", "rl_model_vecnormalize_128_steps.pkl"]),
+    ]
+    # A replay buffer cut short makes its checkpoint incomplete.
+    buffer = ours / "rl_model_replay_buffer_128_steps.pkl"
+    with open(buffer, "r+b") as f:
+        f.truncate(buffer.stat().st_size - 100)
+    resumed = Trainer(torch_python, algo="dqn", vecnormalize=True, dir=str(ours), save_freq=SAVE_FREQ).finish()["resumed"]
+    assert (resumed["path"], resumed["steps"]) == (str(ours / "rl_model_64_steps.zip"), 64)
+    assert "does not end as a pickle does" in resumed["warnings"][0]
+
+
+CURRICULUM_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sb3_curriculum.py"
+
+
+def test_the_curriculum_example_restores_its_lesson_from_the_status_file(torch_python: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    with StatusStore(directory / "training_status.json") as store:
+        store.set("cartpole", "lesson", 2)  # as a run that reached lesson 2 left it
+
+    def example(steps: int) -> list[str]:
+        result = subprocess.run([str(torch_python), str(CURRICULUM_EXAMPLE), "--dir", str(directory),
+                                 "--steps", str(steps), "--save-freq", "128"],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    assert example(256) == ["resumed from None at step 0, lesson 2", "trained to step 256, lesson 2"]
+    # PPO trains whole rollouts (n_steps=256): 128 more steps are one rollout, to step 512.
+    assert example(128) == [f"resumed from {directory}/rl_model_256_steps.zip at step 256, lesson 2",
+                            "trained to step 512, lesson 2"]
+
+
+def test_import_trainstatus_imports_neither_torch_nor_sb3_where_they_are_installed(torch_python: Path) -> None:
+    code = ("import sys, trainstatus, trainstatus.integrations\n"
+            "trainstatus.StatusStore, trainstatus.CheckpointList\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'stable_baselines3', 'gymnasium')))\n")
+    result = subprocess.run([str(torch_python), "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n"
+
+
+ATOMIC_WRITE = """
+import os, sys
+from trainstatus.integrations.sb3 import _write_atomically
+target = os.path.join(sys.argv[1], "rl_model_64_steps.zip")
+with open(target, "wb") as f:
+    f.write(b"old")
+def half(file, temp):
+    file.write(b"half of the new")
+    raise RuntimeError("killed in the middle")
+try:
+    _write_atomically(target, half)
+except RuntimeError:
+    pass
+print(open(target, "rb").read().decode(), sorted(os.listdir(sys.argv[1])))
+_write_atomically(target, lambda file, temp: file.write(b"new"))
+print(open(target, "rb").read().decode(), sorted(os.listdir(sys.argv[1])), oct(os.stat(target).st_mode & 0o777))
+"""
+
+
+def test_a_failed_save_leaves_the_old_file_and_no_temp(torch_python: Path, tmp_path: Path) -> None:
+    result = subprocess.run([str(torch_python), "-c", ATOMIC_WRITE, str(tmp_path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "old ['rl_model_64_steps.zip']",
+        f"new ['rl_model_64_steps.zip'] {oct(0o666 & ~_umask())}",  # as SB3's own open() would make it
+    ]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Path, tmp_path: Path, seed: int) -> None:
+    """SIGKILL a PPO run at random moments (20 kills), saves slowed by a wide network, with SB3's
+    own CheckpointCallback and ours in the same run. After each kill, the next run resumes from
+    ``last_complete_checkpoint``: it loads, it is the newest recorded checkpoint (never older), and
+    training goes on; the same child tries SB3's usual resume, the newest ``*.zip``."""
+    rng = random.Random(seed)
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    kills = 20
+    glob_tried = glob_failed = mid_save = resumes = 0
+    last_recorded = 0
+    for kill in range(kills + 1):
+        trainer = Trainer(torch_python, dir=str(ours), sb3_dir=str(theirs), save_freq=SAVE_FREQ, keep=2,
+                          width=1024, seed=kill, steps=10**6 if kill < kills else 128)
+        try:
+            resumed = trainer.until("resumed")
+            # Never behind what was recorded before the kill; PPO.load succeeded in the child.
+            assert resumed["steps"] == last_recorded, (kill, resumed)
+            if last_recorded:
+                assert resumed["path"] == str(ours / f"rl_model_{last_recorded}_steps.zip")
+            assert resumed["warnings"] == []
+            resumes += resumed["path"] is not None
+            tried = trainer.until("glob")
+            if tried["ok"] is not None:
+                glob_tried += 1
+                glob_failed += not tried["ok"]
+            trainer.until("ready")
+            if kill == kills:
+                done = trainer.finish()["done"]  # training goes on after the last kill, to its end
+                assert done["steps"] == last_recorded + 128
+                break
+            time.sleep(rng.uniform(0.0, 2.0))  # a random moment: in a rollout, an update or a save
+        finally:
+            trainer.kill()
+        mid_save += ours.exists() and any(n.endswith(".tmp") for n in os.listdir(ours))
+        steps = [e["steps"] for e in recorded(ours)]
+        assert steps == sorted(steps) and len(steps) <= 2
+        assert not steps or steps[-1] >= last_recorded
+        last_recorded = steps[-1] if steps else 0
+        # SB3's folder keeps every save (as CheckpointCallback does): keep the newest two, for disk space.
+        for name in sorted(glob.glob(str(theirs / "*.zip")), key=os.path.getmtime)[:-2]:
+            os.remove(name)
+    # The temp files of the saves the kills cut short were removed by the next run's callback.
+    assert not [n for n in os.listdir(ours) if n.endswith(".tmp")]
+    print(f"\nSB3 integration, {kills} SIGKILLs at random moments ({mid_save} inside a trainstatus save):\n"
+          f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed to load, "
+          "0 went back past the last recorded one\n"
+          f"  newest *.zip (SB3's usual resume): {glob_failed} of {glob_tried} failed to load")
+    sys.stdout.flush()
