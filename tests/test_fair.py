@@ -59,6 +59,7 @@ def _writers(path: str, log: str, count: int, seconds: float) -> Iterator[None]:
         assert p.exitcode == 0
 
 
+@pytest.mark.long  # a measure of real scheduling; the order itself is tested deterministically below
 def test_processes_take_turns_instead_of_one_keeping_the_lock(tmp_path: Path) -> None:
     path, log = str(tmp_path / "status.json"), str(tmp_path / "turns.log")
     with _writers(path, log, 3, 1.5):
@@ -67,8 +68,10 @@ def test_processes_take_turns_instead_of_one_keeping_the_lock(tmp_path: Path) ->
     assert len(turns) > 60, "the writers hardly wrote"
     again = sum(a == b for a, b in zip(turns, turns[1:]))
     # Before the registry the process that let go took the lock again about 80% of the time (the
-    # others sleeping through their chance); in turn, it is the exception.
-    assert again / (len(turns) - 1) < 0.3, f"{again} of {len(turns) - 1} turns went to the same process again"
+    # others sleeping through their chance); in turn, it is the exception. On a machine loaded by
+    # other work a waiter is sometimes not scheduled in time (measured: 35% and 47% in 2 of 30 runs
+    # beside a full CI run), hence the margin; the order is tested exactly below.
+    assert again / (len(turns) - 1) < 0.55, f"{again} of {len(turns) - 1} turns went to the same process again"
     counts = [turns.count(str(w)) for w in range(3)]
     assert min(counts) >= 0.5 * max(counts), counts
 
