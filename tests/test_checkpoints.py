@@ -1116,8 +1116,8 @@ def test_a_checkpoint_in_a_new_folder_is_listed_only_with_its_folder_after_a_pow
     assert states > 3
 
 
-def _synced_folders(monkeypatch: pytest.MonkeyPatch, refuse: str | None = None) -> list[str]:
-    """Record the folders CheckpointList fsyncs; ``refuse`` one of them as a 711 folder would."""
+def _synced_folders(monkeypatch: pytest.MonkeyPatch, refuse: str | None = None, error: int = errno.EACCES) -> list[str]:
+    """Record the folders CheckpointList fsyncs; ``refuse`` one of them (as a 711 folder would)."""
     import trainstatus._checkpoints as module
 
     synced: list[str] = []
@@ -1125,7 +1125,7 @@ def _synced_folders(monkeypatch: pytest.MonkeyPatch, refuse: str | None = None) 
 
     def fsync(path: str, *, directory: bool = False) -> None:
         if directory and path == refuse:
-            raise PermissionError(errno.EACCES, "Permission denied", path)
+            raise OSError(error, os.strerror(error), path)
         if directory:
             synced.append(os.path.realpath(path))
         real(path, directory=directory)
@@ -1170,3 +1170,20 @@ def test_nothing_above_is_synced_for_a_status_that_is_no_local_path(tmp_path: Pa
     for location in ("s3://bucket/run/training_status.json", "<memory>"):
         module.sync_folders_above([str(tmp_path / "models")], location)
     assert synced == []
+
+
+def test_an_io_error_syncing_a_folder_above_records_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = StatusStore(tmp_path / "run_logs" / "training_status.json")
+    store.set("Walker", "lesson", 1)
+    before = Path(store.path).read_bytes()
+    write(tmp_path, "models/new/a.onnx")
+    _synced_folders(monkeypatch, refuse=str(tmp_path / "models"), error=errno.EIO)
+    with pytest.raises(TrainingStatusCheckpointError) as caught:
+        CheckpointList(store, "Walker", root=tmp_path).add(1, "models/new/a.onnx")
+    assert str(caught.value) == (
+        f"Cannot record the checkpoint at steps 1 of Walker/checkpoints in {store.path}: syncing the folder "
+        f"{tmp_path / 'models'} above it to disk failed (Input/output error). Nothing was recorded or removed; "
+        "check the disk, or pass synced=True if you made the files and their folders durable yourself.")
+    assert caught.value.errno == errno.EIO
+    assert Path(store.path).read_bytes() == before and store.get("Walker", "checkpoints") is None
+    store.close()

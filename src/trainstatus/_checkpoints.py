@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import itertools
 import logging
 import math
@@ -498,7 +499,16 @@ class CheckpointList:
                     "synced=True if you made the files durable yourself.",
                     file_path=name, errno=exc.errno, **self._context(key),
                 ) from exc
-        sync_folders_above(directories, self._store.path)
+        try:
+            sync_folders_above(directories, self._store.path)
+        except OSError as exc:
+            raise TrainingStatusCheckpointError(
+                f"Cannot record the checkpoint at steps {entry['steps']} of {self._where(key)}: "
+                f"syncing the folder {exc.filename} above it to disk failed ({exc.strerror or exc}). "
+                "Nothing was recorded or removed; check the disk, or pass synced=True if you made "
+                "the files and their folders durable yourself.",
+                file_path=entry["file_path"], errno=exc.errno, **self._context(key),
+            ) from exc
 
     def _record(self, store: StatusStore, entry: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The transaction's body: append, trim, set. Returns the dropped entries and the document
@@ -591,9 +601,11 @@ def sync_folders_above(directories: Iterable[str], status_path: str) -> None:
     the checkpoint in it while the list naming it survives. Above the folder shared with the
     status file nothing is new (the store syncs its own folders). Real paths on both sides, so a
     symlink in either does not send the walk to ``/``; nothing for a status file that is no
-    local path (an object store: no folder to share). A folder above that cannot be opened or synced (a
-    traverse-only group folder, mode 711; a filesystem refusing directory fsync) is skipped: this
-    run cannot have made an entry in a folder it cannot read.
+    local path (an object store: no folder to share).
+
+    A folder this process may not open (a traverse-only group folder, mode 711) cannot be synced
+    by it at all, and a filesystem that refuses directory fsync has nothing to sync: both are
+    skipped. Any other error (EIO, say) is raised as an ``OSError`` naming the folder.
     """
     if not os.path.isabs(status_path):  # an s3:// URL, or ML-Agents' unbound "<memory>" store
         return
@@ -615,7 +627,14 @@ def sync_folders_above(directories: Iterable[str], status_path: str) -> None:
         try:
             _fsync(folder, directory=True)
         except OSError as exc:
-            logger.debug("trainstatus: could not sync folder %s above a checkpoint: %s", folder, exc)
+            if exc.errno not in _CANNOT_SYNC_A_FOLDER:
+                raise OSError(exc.errno, exc.strerror, folder) from exc
+            logger.debug("trainstatus: skipped syncing folder %s above a checkpoint: %s", folder, exc)
+
+
+# Opening a folder without read permission (EACCES, EPERM); a filesystem without directory fsync
+# (EINVAL, ENOTSUP/EOPNOTSUPP): nothing this process can do, and nothing it could make durable there.
+_CANNOT_SYNC_A_FOLDER = frozenset({errno.EACCES, errno.EPERM, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
 
 
 def _in_transaction(store: StatusStore) -> bool:

@@ -225,7 +225,11 @@ def _sync_files(paths: list[str]) -> None:
             _fsync(directory, directory=True)
     # ML-Agents makes results/<run>/<behavior>/ in a fresh run: that folder is an entry of the one
     # above it, lost with its checkpoints on a power loss until that one is synced too.
-    sync_folders_above(directories, GlobalTrainingStatus.store().path)
+    try:
+        sync_folders_above(directories, GlobalTrainingStatus.store().path)
+    except OSError as exc:
+        _log().warning("trainstatus: could not sync the folders above checkpoint files %s: %s",
+                       ", ".join(sorted(directories)), exc)
 
 
 def _load_state(path: str) -> None:
