@@ -4,8 +4,9 @@ CartPole's episodes are cut at a length that grows lesson by lesson (LESSONS), a
 curriculum moves an environment parameter on. The checkpoints go through trainstatus's
 ``TrainStatusCheckpointCallback``, and the lesson is kept in the same status file
 (``<dir>/training_status.json``, category ``cartpole``, key ``lesson``) with ``StatusStore``. The
-lesson moves on only right after a checkpoint is recorded, so it never runs ahead of the model a
-resume loads. Run it, kill it (Ctrl-C, ``kill -9``), run it again: it resumes from the newest
+lesson moves on only right after a checkpoint is recorded, so it never runs ahead of the newest
+checkpoint (if a resume has to fall back past a damaged newest checkpoint, it is one lesson ahead
+of the model it loads: keep the lesson per checkpoint step if that matters to you). Run it, kill it (Ctrl-C, ``kill -9``), run it again: it resumes from the newest
 complete checkpoint at the lesson it had reached.
 
 Needs ``pip install torch`` (the build for your machine) and ``pip install "trainstatus[sb3]"``.

@@ -3,7 +3,7 @@
 Every test runs the real library in children started with .venv-torch's interpreter
 (tests/_sb3_trainer.py), so they are all in the ``integrations`` group (the ``torch_python``
 fixture marks them). The random-kill test measures, on the same kills, how often SB3's usual
-resume (the newest ``*.zip``) fails to load and prints both figures: docs/integrations/sb3.md
+resume (the newest ``*.zip``) fails to load and prints both figures: docs/sb3.md
 quotes them.
 """
 
@@ -312,3 +312,78 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
           "0 went back past the last recorded one\n"
           f"  newest *.zip (SB3's usual resume): {glob_failed} of {glob_tried} failed to load")
     sys.stdout.flush()
+
+
+REVIEW_CASES = r"""
+import json, os, sys, warnings
+import gymnasium as gym
+from stable_baselines3 import PPO
+import trainstatus._checkpoints as checkpoints
+from trainstatus import TrainingStatusCheckpointWarning, TrainingStatusError
+from trainstatus.integrations.sb3 import TrainStatusCheckpointCallback, _remove_stale_temps, last_complete_checkpoint
+
+copy, fresh = sys.argv[1], sys.argv[2]
+out = {}
+
+# Stale temp files: this prefix's only, never a save in progress under another prefix.
+temps = os.path.join(fresh, "temps")
+os.makedirs(temps)
+for name in ("rl_model_64_steps.zip", "rl_model_replay_buffer_64_steps.pkl", "rl_model_best_64_steps.zip"):
+    open(os.path.join(temps, "." + name + ".trainstatus-0123456789abcdef.tmp"), "wb").close()
+_remove_stale_temps(temps, "rl_model")
+out["temps_left"] = sorted(os.listdir(temps))
+
+# SB3's positional save_replay_buffer=True lands on keep=: the error says so.
+try:
+    TrainStatusCheckpointCallback(64, fresh, "rl_model", True)
+except TrainingStatusError as exc:
+    out["keep_error"] = str(exc)
+
+# The status file deleted, its history kept: the store puts the newest version back.
+os.remove(os.path.join(copy, "training_status.json"))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    found = last_complete_checkpoint(copy)
+out["from_history"] = None if found is None else os.path.basename(found)
+
+# A new save_path (and its new parent) under a run folder whose run_logs/ holds the status: the
+# callback syncs the folders above before recording anything; and a run that starts below the
+# recorded steps (reset_num_timesteps left at True) is warned about.
+synced = []
+real = checkpoints._fsync
+checkpoints._fsync = lambda path, directory=False: (synced.append(os.path.realpath(path)), real(path, directory=directory))[1]
+run = os.path.join(fresh, "run")
+os.makedirs(os.path.join(run, "run_logs"))
+save_path = os.path.join(run, "models", "new")
+status = os.path.join(run, "run_logs", "training_status.json")
+from trainstatus import StatusStore
+with StatusStore(status) as store:
+    store.set("rl_model", "checkpoints", [{"steps": 384, "file_path": "gone.zip", "reward": None,
+                                           "creation_time": 1.0, "auxillary_file_paths": []}])
+model = PPO("MlpPolicy", gym.make("CartPole-v1"), n_steps=64, batch_size=64, n_epochs=1, seed=0)
+callback = TrainStatusCheckpointCallback(1000, save_path, status_path=status)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model.learn(64, callback=callback)
+out["synced_above"] = [p for p in synced if p in (os.path.join(run, "models"), run)]
+out["reset_warnings"] = [str(w.message) for w in caught if issubclass(w.category, TrainingStatusCheckpointWarning)]
+print(json.dumps(out))
+"""
+
+
+def test_the_reviews_cases(torch_python: Path, run: Path, tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    done = subprocess.run([str(torch_python), "-c", REVIEW_CASES, str(run), str(fresh)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["temps_left"] == [".rl_model_best_64_steps.zip.trainstatus-0123456789abcdef.tmp"]
+    assert out["keep_error"].endswith(
+        "not True (the fourth argument is keep=, where SB3's CheckpointCallback has save_replay_buffer: "
+        "pass save_replay_buffer= by name).")
+    assert out["from_history"] is not None and out["from_history"].endswith("_steps.zip")
+    assert out["synced_above"] == [str(fresh / "run" / "models"), str(fresh / "run")]
+    (warning,) = out["reset_warnings"]
+    assert "has checkpoints up to 384 steps, but this run starts at 0" in warning
+    assert "reset_num_timesteps=False" in warning

@@ -32,9 +32,15 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
-from .. import _atomic, _names
-from .._checkpoints import CheckpointList
-from .._errors import TrainingStatusTypeError, TrainingStatusValueError
+from .. import _atomic, _history, _names
+from .._checkpoints import CheckpointList, sync_folders_above
+from .._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
+    warn,
+)
 from .._store import StatusStore
 
 __all__ = ["STATUS_FILE", "TrainStatusCheckpointCallback", "last_complete_checkpoint"]
@@ -82,9 +88,12 @@ class TrainStatusCheckpointCallback(CheckpointCallback):
                 f"TrainStatusCheckpointCallback save_freq= must be a number of calls >= 1, not {save_freq!r}."
             )
         if keep is not None and (type(keep) is not int or keep < 1):
+            # A bool here is most likely SB3's fourth positional argument, save_replay_buffer.
+            positional = (" (the fourth argument is keep=, where SB3's CheckpointCallback has "
+                          "save_replay_buffer: pass save_replay_buffer= by name)") if type(keep) is bool else ""
             raise (TrainingStatusValueError if type(keep) is int else TrainingStatusTypeError)(
                 f"TrainStatusCheckpointCallback keep= must be a number of checkpoints >= 1, or None to "
-                f"keep every one (as SB3's CheckpointCallback does), not {keep!r}."
+                f"keep every one (as SB3's CheckpointCallback does), not {keep!r}{positional}."
             )
         super().__init__(save_freq, os.fspath(save_path), name_prefix=name_prefix,
                          save_replay_buffer=save_replay_buffer, save_vecnormalize=save_vecnormalize,
@@ -103,9 +112,34 @@ class TrainStatusCheckpointCallback(CheckpointCallback):
         return self._checkpoints
 
     def _init_callback(self) -> None:
-        super()._init_callback()
+        super()._init_callback()  # makes save_path (and the folders above it that were missing)
         _remove_stale_temps(self.save_path, self.name_prefix)
-        self.checkpoints  # noqa: B018 - open the status file now: a bad one fails before training
+        checkpoints = self.checkpoints  # open the status file now: a bad one fails before training
+        # save_path may be new (and its parents): its entry must be durable before a checkpoint
+        # in it is recorded, or a power loss could lose the folder while the list names its files.
+        try:
+            sync_folders_above([self.save_path], checkpoints.store.path)
+        except OSError as exc:
+            raise TrainingStatusCheckpointError(
+                f"Cannot make {self.save_path} durable before recording checkpoints in it: syncing the "
+                f"folder {exc.filename} failed ({exc.strerror or exc}). Check the disk.",
+                path=checkpoints.store.path, category=self.name_prefix, errno=exc.errno,
+            ) from exc
+        # learn() resets num_timesteps to 0 unless told not to: a run that did so (on a loaded
+        # model or a new one) over recorded checkpoints. (A resume that fell back past a damaged
+        # newest checkpoint starts at its own steps, above 0, and re-records the same names.)
+        recorded = [e.get("steps") for e in checkpoints.entries() if isinstance(e, dict)]
+        newest = max((n for n in recorded if type(n) is int), default=0)
+        if self.model.num_timesteps == 0 and newest > 0:
+            warn(TrainingStatusCheckpointWarning(
+                f"{self.name_prefix} in {checkpoints.store.path} has checkpoints up to {newest} steps, "
+                f"but this run starts at {self.model.num_timesteps}: its new checkpoints would replace "
+                f"same-named older ones and rank below the old run's newer ones, so "
+                "last_complete_checkpoint() would pick the old run. To continue a run, load its "
+                "checkpoint and call learn(..., reset_num_timesteps=False); to start over, use "
+                "another save_path or name_prefix.",
+                path=checkpoints.store.path, category=self.name_prefix,
+            ))
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq != 0:
@@ -162,8 +196,9 @@ def last_complete_checkpoint(save_path: str | os.PathLike[str], *, name_prefix: 
     """
     root = os.path.abspath(os.fspath(save_path))
     path = _status_path(os.fspath(save_path), status_path)
-    if not os.path.exists(path):
-        return None
+    if not os.path.exists(path) and not _history.versions(os.path.dirname(os.path.abspath(path)),
+                                                          os.path.basename(path)):
+        return None  # a fresh run (with a history, the store puts the newest version back)
     store = StatusStore(path, resume=True)
     try:
         entry = CheckpointList(store, name_prefix, keep=None, root=root).latest(check=_whole(root))
@@ -206,7 +241,10 @@ def _write_atomically(target: str, save: Callable[[io.BufferedWriter, str], obje
 
 def _remove_stale_temps(save_path: str, name_prefix: str) -> None:
     """Remove the temp files a killed save of this prefix left (they never became checkpoints)."""
-    pattern = re.compile(re.escape("." + name_prefix + "_") + r".*\.(zip|pkl)\.trainstatus-[0-9a-f]{16}\.tmp")
+    # This prefix's names only (rl_model_<steps>_steps.zip and its two .pkl), so that a save in
+    # progress under another prefix (rl_model_best_...) in the same folder is never touched.
+    pattern = re.compile(re.escape("." + name_prefix + "_") + r"(?:replay_buffer_|vecnormalize_)?\d+_steps"
+                         r"\.(?:zip|pkl)\.trainstatus-[0-9a-f]{16}\.tmp")
     try:
         names = os.listdir(save_path)
     except OSError:
