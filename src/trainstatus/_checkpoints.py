@@ -598,7 +598,9 @@ class CheckpointList:
                     "synced=True if you made the files durable yourself.",
                     file_path=name, errno=exc.errno, **self._context(key),
                 ) from exc
-        sync_folders_above(directories, self._store.path)
+        # Only from the outermost synced folders: those above the others were just synced.
+        done |= set(directories)
+        sync_folders_above([d for d in directories if not _inside(d, done)], self._store.path)
 
     def _record(self, store: StatusStore, entry: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The transaction's body: append, trim, set. Returns the dropped entries and the document
@@ -717,6 +719,16 @@ def sync_folders_above(directories: Iterable[str], status_path: str) -> None:
 def _in_transaction(store: StatusStore) -> bool:
     """Whether this thread is inside ``store.transaction()`` (the store has no public way to say)."""
     return bool(store._tx_depth) and store._tx_owner == threading.get_ident()
+
+
+def _inside(folder: str, folders: set[str]) -> bool:
+    """Is ``folder`` below one of ``folders``?"""
+    parent = os.path.dirname(folder)
+    while parent != folder:
+        if parent in folders:
+            return True
+        folder, parent = parent, os.path.dirname(parent)
+    return False
 
 
 def _steps(entry: Any) -> Any:
