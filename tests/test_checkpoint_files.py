@@ -187,7 +187,8 @@ def test_a_dropped_folder_is_removed_with_its_recorded_files_only(tmp_path: Path
 def test_a_dropped_folder_another_entry_lists_is_kept_whole(tmp_path: Path, store: StatusStore) -> None:
     checkpoints = CheckpointList(store, "Trainer", keep=1, root=tmp_path)
     checkpoints.add(1, folder(tmp_path, "checkpoint-1"))
-    checkpoints.set_final(1, str(tmp_path / "checkpoint-1"))  # the same folder, spelled differently
+    os.symlink(tmp_path, tmp_path / "alias")
+    checkpoints.set_final(1, "alias/checkpoint-1")  # the same folder and files, under other names
     checkpoints.add(2, folder(tmp_path, "checkpoint-2"))
     assert [e["steps"] for e in checkpoints.entries()] == [2]
     assert sorted(p.relative_to(tmp_path / "checkpoint-1").as_posix() for p in (tmp_path / "checkpoint-1").rglob("*")) == [
