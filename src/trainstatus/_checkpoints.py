@@ -2,18 +2,22 @@
 
 A behavior's category holds ``checkpoints`` (a list, oldest first) and ``final_checkpoint`` (one
 entry), each entry in ML-Agents' layout: ``steps``, ``file_path``, ``reward``, ``creation_time``,
-``auxillary_file_paths`` (ML-Agents' spelling, kept so both read each other's files).
+``auxillary_file_paths`` (ML-Agents' spelling, kept so both read each other's files), plus
+``files``: the size of each file recorded (``_checkpoint_files.FILES``). ``file_path`` may be a
+folder (Transformers' ``checkpoint-500/``): ``files`` then lists every file in it.
 
 The order of ``add`` is the point of this module. ML-Agents 1.1.0's ``add_checkpoint`` deletes the
 files of the checkpoints it drops and only then sets the list; a kill in between leaves a status
 that lists files that are gone. Here:
 
-1. check the arguments and that every file exists (nothing done yet if not);
-2. fsync each file, its directory and the folders above that up to the one the status file is in,
+1. check the arguments and that every file exists, and take their sizes (nothing done yet if not);
+2. fsync each file (each file and folder of a checkpoint folder), its directory and the folders
+   above that up to the one the status file is in,
    so the record never outlives the data after a power loss;
 3. record the entry, trimmed to ``keep``, in one transaction (one durable write, merged with what
    other writers set meanwhile);
-4. only then remove the files of the dropped entries, skipping any file another entry still lists.
+4. only then remove the files of the dropped entries, skipping any file another entry still lists
+   (a dropped folder: its recorded files, then the folder if that left it empty).
 
 A kill between 3 and 4 leaves files that are no longer listed: disk space, never a wrong pointer.
 """
@@ -259,7 +263,8 @@ class CheckpointList:
         return self._list(self._store.get(self._category, CHECKPOINTS))
 
     def latest(self, check: Check | None = None) -> dict[str, Any] | None:
-        """The newest checkpoint whose files all exist and, if given, pass ``check(entry)``.
+        """The newest checkpoint whose files all exist, with the sizes the entry recorded, and, if
+        given, pass ``check(entry)``.
 
         Newest means the highest ``steps``, then the later in the list. Newer entries that fail
         are skipped and reported in one ``TrainingStatusCheckpointWarning`` (each entry and why);
@@ -311,13 +316,17 @@ class CheckpointList:
         """Record a checkpoint whose files are written, then remove those beyond ``keep``.
 
         ``file_path`` (and each of ``auxillary_file_paths``) must be an existing file: write it
-        completely first. Unless ``synced=True`` (the caller fsynced them already), each file, its
+        completely first. ``file_path`` may instead be a checkpoint folder holding at least one
+        file (Transformers' ``checkpoint-500/``): the entry lists every file in it. The size of
+        each file is recorded in the entry's ``files``; ``latest()`` and ``final()`` skip an entry
+        whose files no longer have those sizes. Unless ``synced=True`` (the caller fsynced them already), each file, its
         directory and the folders above that up to the one shared with the status file are fsynced
         (a ``models/`` folder made in this run is an entry of its parent), so that after a power
         loss the list never names lost data. The
         entry is then appended in one write (a transaction: what other writers set meanwhile is
         kept) and the list trimmed to ``keep``, oldest first. Only after that write returned are
-        the files of the dropped entries removed, main and auxiliary files, skipping any that an
+        the files of the dropped entries removed, main and auxiliary files (a folder's recorded
+        files, then the folder if that left it empty), skipping any that an
         entry of the document still lists (a shared auxiliary file, the final checkpoint's). A kill
         in between leaves unlisted files, never a listed file that is gone. ``creation_time``
         defaults to now (``time.time()``); ``reward`` may be NaN (what ML-Agents records when no
@@ -368,7 +377,8 @@ class CheckpointList:
         return dict(entry)
 
     def prune_missing(self) -> list[dict[str, Any]]:
-        """Drop, in one write, the checkpoints whose files (main or auxiliary) are gone; return them.
+        """Drop, in one write, the checkpoints whose files (main or auxiliary) are gone or of
+        another size than recorded; return them.
 
         Their remaining files are left on disk. Nothing is written when nothing is missing. Entries
         that are not in ML-Agents' layout are kept (``latest()`` skips them).
