@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 from _helpers import read_fresh
 
-from trainstatus import CheckpointList, StatusStore, TrainingStatusCheckpointWarning, _cli
+from trainstatus import (
+    CheckpointList,
+    StatusStore,
+    TrainingStatusCheckpointWarning,
+    _cli,
+)
 from trainstatus._checkpoint_files import changed_files
 from trainstatus._checkpoints import missing_files
 
@@ -88,6 +93,17 @@ def test_every_file_and_folder_of_a_checkpoint_folder_is_synced_before_the_recor
     assert [path for path, directory, _ in synced if directory] == [
         "out/checkpoint-500/optim", "out/checkpoint-500", "out", "."]
     assert len(synced) == 7
+
+
+def test_a_folder_synced_by_the_caller_is_recorded_with_its_sizes_and_not_synced_again(
+        tmp_path: Path, store: StatusStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainstatus._checkpoints as module
+
+    synced: list[str] = []
+    monkeypatch.setattr(module, "_fsync", lambda path, directory=False: synced.append(path))
+    entry = CheckpointList(store, "Trainer", root=tmp_path).add(1, folder(tmp_path, "checkpoint-1"), synced=True)
+    assert entry["files"]["checkpoint-1/model.safetensors"] == 10 and len(entry["files"]) == 3
+    assert synced == []
 
 
 def test_a_folder_that_cannot_be_read_is_refused_before_anything_is_written(tmp_path: Path, store: StatusStore) -> None:
