@@ -155,16 +155,17 @@ def test_add_records_an_entry_in_ml_agents_layout(tmp_path: Path, store: StatusS
     extra = write(tmp_path, "models/Walker-500.pt")
     before = time.time()
     entry = checkpoints.add(500, main, reward=12.5, auxillary_file_paths=[extra])
-    assert list(entry) == FIELDS
+    assert list(entry) == [*FIELDS, "files"]  # ML-Agents' fields as they are, then the sizes
     assert entry["creation_time"] >= before and entry["creation_time"] <= time.time()
     assert entry == {"steps": 500, "file_path": "models/Walker-500.onnx", "reward": 12.5,
-                     "creation_time": entry["creation_time"], "auxillary_file_paths": ["models/Walker-500.pt"]}
+                     "creation_time": entry["creation_time"], "auxillary_file_paths": ["models/Walker-500.pt"],
+                     "files": {"models/Walker-500.onnx": 7, "models/Walker-500.pt": 7}}
     # On disk when add returns, under Walker/checkpoints, paths as given (relative).
     assert on_disk(store)["Walker"]["checkpoints"] == [entry]
     assert checkpoints.entries() == [entry]
     second = checkpoints.add(1000, write(tmp_path, "models/Walker-1000.onnx"), creation_time=5.0)
     assert second == {"steps": 1000, "file_path": "models/Walker-1000.onnx", "reward": None,
-                      "creation_time": 5.0, "auxillary_file_paths": []}
+                      "creation_time": 5.0, "auxillary_file_paths": [], "files": {"models/Walker-1000.onnx": 7}}
     assert [e["steps"] for e in on_disk(store)["Walker"]["checkpoints"]] == [500, 1000]
 
 
@@ -468,17 +469,25 @@ def test_a_missing_file_is_refused_with_what_to_do(tmp_path: Path, store: Status
     assert (tmp_path / "models/Walker-1.onnx").exists()
 
 
-def test_a_directory_is_refused(tmp_path: Path, store: StatusStore) -> None:
-    (tmp_path / "saved_model").mkdir()
+def test_an_empty_folder_and_a_folder_as_an_auxiliary_file_are_refused(tmp_path: Path, store: StatusStore) -> None:
+    (tmp_path / "saved_model" / "empty").mkdir(parents=True)  # a folder of folders holds no checkpoint
     with pytest.raises(TrainingStatusCheckpointError) as raised:
         CheckpointList(store, "Walker", root=tmp_path).add(1, str(tmp_path / "saved_model"))
     assert str(raised.value) == (
-        f"Cannot record the checkpoint at steps 1 of Walker/checkpoints in {store.path}: "
-        f"{tmp_path}/saved_model is a directory. A checkpoint entry lists files: give the main file "
-        "as file_path and the others as auxillary_file_paths. Nothing was recorded or removed."
+        f"Cannot record the checkpoint at steps 1 of Walker/checkpoints in {store.path}: its folder "
+        f"{tmp_path}/saved_model holds no file. Write the checkpoint's files completely before recording "
+        "it. Nothing was recorded or removed."
     )
     assert not os.path.exists(store.path)
     write(tmp_path, "weights.onnx")
+    with pytest.raises(TrainingStatusCheckpointError) as raised:
+        CheckpointList(store, "Walker", root=tmp_path).add(1, "weights.onnx", auxillary_file_paths=["saved_model"])
+    assert str(raised.value) == (
+        f"Cannot record the checkpoint at steps 1 of Walker/checkpoints in {store.path}: saved_model "
+        f"({tmp_path}/saved_model) is a directory. Only file_path may be a checkpoint folder; "
+        "auxillary_file_paths lists files. Nothing was recorded or removed."
+    )
+    assert not os.path.exists(store.path)
     with pytest.raises(TrainingStatusCheckpointError) as raised:
         CheckpointList(store, "Walker", root=tmp_path).add(1, "weights.onnx/inner")
     assert str(raised.value) == (
@@ -488,7 +497,7 @@ def test_a_directory_is_refused(tmp_path: Path, store: StatusStore) -> None:
     )
     assert raised.value.errno == errno.ENOTDIR
     os.mkfifo(tmp_path / "pipe")
-    with pytest.raises(TrainingStatusCheckpointError, match=r"pipe \(.*/pipe\) is not a regular file\. A checkpoint entry"):
+    with pytest.raises(TrainingStatusCheckpointError, match=r"pipe \(.*/pipe\) is not a regular file\. Only file_path"):
         CheckpointList(store, "Walker", root=tmp_path).add(1, "pipe")
 
 
@@ -557,7 +566,8 @@ def test_numpy_numbers_are_stored_as_python_numbers(tmp_path: Path, store: Statu
     np = pytest.importorskip("numpy")
     entry = CheckpointList(store, "Walker", root=tmp_path).add(
         np.int64(7), write(tmp_path, "a.onnx"), reward=np.float32(0.5), creation_time=np.float64(2.0))
-    assert same(entry, {"steps": 7, "file_path": "a.onnx", "reward": 0.5, "creation_time": 2.0, "auxillary_file_paths": []})
+    assert same(entry, {"steps": 7, "file_path": "a.onnx", "reward": 0.5, "creation_time": 2.0, "auxillary_file_paths": [],
+                        "files": {"a.onnx": 7}})
     assert same(on_disk(store)["Walker"]["checkpoints"][0], entry)
 
 
@@ -641,9 +651,9 @@ def test_latest_is_the_newest_by_steps_then_position(tmp_path: Path, store: Stat
 def test_latest_skips_newer_broken_checkpoints_with_one_warning(tmp_path: Path, store: StatusStore) -> None:
     checkpoints = fill(tmp_path, store, [100, 200, 300, 400], keep=None)
     (tmp_path / "models/Walker-400.pt").unlink()
-    (tmp_path / "models/Walker-300.onnx").write_bytes(b"")  # half-written by someone else
+    (tmp_path / "models/Walker-300.onnx").write_bytes(b"garbage")  # overwritten, same size: only a check sees it
     with pytest.warns(TrainingStatusCheckpointWarning) as caught:
-        found = checkpoints.latest(check=lambda e: os.path.getsize(checkpoints.resolve(e["file_path"])) > 0)
+        found = checkpoints.latest(check=lambda e: Path(checkpoints.resolve(e["file_path"])).read_bytes() == b"weights")
     assert found is not None and found["steps"] == 200
     assert len(caught) == 1 and caught[0].filename == __file__  # points at the caller
     warning = caught[0].message
@@ -704,7 +714,8 @@ def test_the_final_checkpoint(tmp_path: Path, store: StatusStore) -> None:
     entry = checkpoints.set_final(1, write(tmp_path, "models/Walker.onnx"), reward=3.0,
                                   auxillary_file_paths=["models/Walker-1.pt"], creation_time=9.0)
     assert entry == {"steps": 1, "file_path": "models/Walker.onnx", "reward": 3.0, "creation_time": 9.0,
-                     "auxillary_file_paths": ["models/Walker-1.pt"]}
+                     "auxillary_file_paths": ["models/Walker-1.pt"],
+                     "files": {"models/Walker.onnx": 7, "models/Walker-1.pt": 7}}
     assert on_disk(store)["Walker"]["final_checkpoint"] == entry
     assert checkpoints.final() == entry
     assert checkpoints.final(check=lambda e: e["reward"] < 5) == entry
@@ -1059,7 +1070,7 @@ def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, ca
     assert out.count("which does not exist") == 1
     (models / "Walker-100.pt").write_bytes(b"model")
     assert _cli.main(["check", "--files", "--root", str(tmp_path), str(status)]) == 0
-    assert f"ok: every checkpoint file listed exists (3 files, under {tmp_path})" in capsys.readouterr().out
+    assert f"ok: every checkpoint file listed exists with its recorded size (3 files, under {tmp_path})" in capsys.readouterr().out
     assert _cli.main(["check", "--root", str(tmp_path), str(status)]) == _cli.EXIT_ERROR
     assert "--root is where --files looks" in capsys.readouterr().err
 

@@ -375,7 +375,7 @@ def test_prune_missing_drops_the_entries_check_files_warns_about(
         assert store.get("Walker", "final_checkpoint")["steps"] == 400
     assert (tmp_path / "results" / "run1" / "Walker" / "Walker-200.onnx").exists()  # files are not touched
     assert _cli.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
-    assert capsys.readouterr().out.endswith(f"nothing removed: every file a checkpoints list of {status} names exists\n")
+    assert capsys.readouterr().out.endswith(f"nothing removed: every file a checkpoints list of {status} names exists with its recorded size\n")
 
 
 @pytest.mark.parametrize("command", [["check", "--files"], ["prune-missing"]])

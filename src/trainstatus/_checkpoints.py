@@ -2,18 +2,22 @@
 
 A behavior's category holds ``checkpoints`` (a list, oldest first) and ``final_checkpoint`` (one
 entry), each entry in ML-Agents' layout: ``steps``, ``file_path``, ``reward``, ``creation_time``,
-``auxillary_file_paths`` (ML-Agents' spelling, kept so both read each other's files).
+``auxillary_file_paths`` (ML-Agents' spelling, kept so both read each other's files), plus
+``files``: the size of each file recorded (``_checkpoint_files.FILES``). ``file_path`` may be a
+folder (Transformers' ``checkpoint-500/``): ``files`` then lists every file in it.
 
 The order of ``add`` is the point of this module. ML-Agents 1.1.0's ``add_checkpoint`` deletes the
 files of the checkpoints it drops and only then sets the list; a kill in between leaves a status
 that lists files that are gone. Here:
 
-1. check the arguments and that every file exists (nothing done yet if not);
-2. fsync each file, its directory and the folders above that up to the one the status file is in,
+1. check the arguments and that every file exists, and take their sizes (nothing done yet if not);
+2. fsync each file (each file and folder of a checkpoint folder), its directory and the folders
+   above that up to the one the status file is in,
    so the record never outlives the data after a power loss;
 3. record the entry, trimmed to ``keep``, in one transaction (one durable write, merged with what
    other writers set meanwhile);
-4. only then remove the files of the dropped entries, skipping any file another entry still lists.
+4. only then remove the files of the dropped entries, skipping any file another entry still lists
+   (a dropped folder: its recorded files, then the folder if that left it empty).
 
 A kill between 3 and 4 leaves files that are no longer listed: disk space, never a wrong pointer.
 """
@@ -34,7 +38,19 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, _entry_paths, _fspath, _join, missing_files
+from ._checkpoint_files import (
+    CHECKPOINTS,
+    FILES,
+    FINAL_CHECKPOINT,
+    _entry_files,
+    _entry_paths,
+    _faults,
+    _fspath,
+    _is_folder,
+    _join,
+    changed_files,
+    missing_files,
+)
 from ._checkpoint_files import _listed as _listed  # the command line's check --files counts with it
 from ._errors import (
     TrainingStatusCheckpointError,
@@ -47,7 +63,7 @@ from ._errors import (
 from ._load import METADATA
 from ._store import StatusStore, _retold
 
-__all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "missing_files", "remove_unlisted"]
+__all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "changed_files", "missing_files", "remove_unlisted"]
 
 logger = logging.getLogger("trainstatus")
 
@@ -76,15 +92,21 @@ def remove_unlisted(dropped: Iterable[Any], document: Mapping[str, Any], root: s
                 listed_files.add((kept.st_dev, kept.st_ino))
     failed: list[tuple[Any, str]] = []
     for entry in dropped:
-        for given in _entry_paths(entry) or []:
+        folders: list[tuple[str, str]] = []
+        folder_entry = _entry_paths(entry) is not None and _is_folder(entry)
+        for index, (given, _) in enumerate(_entry_files(entry) or []):
             path = _join(root, given)
             try:
                 info = os.stat(path)
                 same_file = (info.st_dev, info.st_ino) in listed_files
+                is_folder = folder_entry and index == 0 and stat.S_ISDIR(info.st_mode)
             except OSError:
-                same_file = False  # gone already (what we wanted), or os.remove says why below
+                same_file = is_folder = False  # gone already (what we wanted), or os.remove says why below
             if path in listed_paths or same_file:
                 logger.debug("trainstatus: kept %s, still listed in %s", path, location)
+                continue
+            if is_folder:  # a checkpoint folder: emptied of its recorded files first, below
+                folders.append((given, path))
                 continue
             try:
                 os.remove(path)
@@ -94,6 +116,35 @@ def remove_unlisted(dropped: Iterable[Any], document: Mapping[str, Any], root: s
                 failed.append((entry, f"{given} could not be removed ({exc.strerror or exc})"))
             else:
                 logger.debug("trainstatus: removed old checkpoint file %s", path)
+        for given, folder in folders:
+            failed += [(entry, reason) for reason in _remove_folder(entry, given, folder, root)]
+    return failed
+
+
+def _remove_folder(entry: Any, given: str, folder: str, root: str | None) -> list[str]:
+    """Remove a dropped checkpoint folder once its recorded files are gone: the subfolders that
+    held them, deepest first, then the folder. A folder still holding anything (a file nobody
+    recorded) stays: only what the entry recorded is ours to remove."""
+    inside: set[str] = set()
+    for listed, _ in _entry_files(entry) or []:
+        parent = os.path.dirname(_join(root, listed))
+        while parent.startswith(folder + os.sep):
+            inside.add(parent)
+            parent = os.path.dirname(parent)
+    failed: list[str] = []
+    for path in [*sorted(inside, key=lambda p: p.count(os.sep), reverse=True), folder]:
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                logger.debug("trainstatus: kept folder %s of an old checkpoint: it holds files not recorded", path)
+            else:
+                shown = given if path == folder else os.path.join(given, os.path.relpath(path, folder))
+                failed.append(f"the folder {shown} could not be removed ({exc.strerror or exc})")
+        else:
+            logger.debug("trainstatus: removed old checkpoint folder %s", path)
     return failed
 
 
@@ -212,7 +263,8 @@ class CheckpointList:
         return self._list(self._store.get(self._category, CHECKPOINTS))
 
     def latest(self, check: Check | None = None) -> dict[str, Any] | None:
-        """The newest checkpoint whose files all exist and, if given, pass ``check(entry)``.
+        """The newest checkpoint whose files all exist, with the sizes the entry recorded, and, if
+        given, pass ``check(entry)``.
 
         Newest means the highest ``steps``, then the later in the list. Newer entries that fail
         are skipped and reported in one ``TrainingStatusCheckpointWarning`` (each entry and why);
@@ -264,13 +316,17 @@ class CheckpointList:
         """Record a checkpoint whose files are written, then remove those beyond ``keep``.
 
         ``file_path`` (and each of ``auxillary_file_paths``) must be an existing file: write it
-        completely first. Unless ``synced=True`` (the caller fsynced them already), each file, its
+        completely first. ``file_path`` may instead be a checkpoint folder holding at least one
+        file (Transformers' ``checkpoint-500/``): the entry lists every file in it. The size of
+        each file is recorded in the entry's ``files``; ``latest()`` and ``final()`` skip an entry
+        whose files no longer have those sizes. Unless ``synced=True`` (the caller fsynced them already), each file, its
         directory and the folders above that up to the one shared with the status file are fsynced
         (a ``models/`` folder made in this run is an entry of its parent), so that after a power
         loss the list never names lost data. The
         entry is then appended in one write (a transaction: what other writers set meanwhile is
         kept) and the list trimmed to ``keep``, oldest first. Only after that write returned are
-        the files of the dropped entries removed, main and auxiliary files, skipping any that an
+        the files of the dropped entries removed, main and auxiliary files (a folder's recorded
+        files, then the folder if that left it empty), skipping any that an
         entry of the document still lists (a shared auxiliary file, the final checkpoint's). A kill
         in between leaves unlisted files, never a listed file that is gone. ``creation_time``
         defaults to now (``time.time()``); ``reward`` may be NaN (what ML-Agents records when no
@@ -321,7 +377,8 @@ class CheckpointList:
         return dict(entry)
 
     def prune_missing(self) -> list[dict[str, Any]]:
-        """Drop, in one write, the checkpoints whose files (main or auxiliary) are gone; return them.
+        """Drop, in one write, the checkpoints whose files (main or auxiliary) are gone or of
+        another size than recorded; return them.
 
         Their remaining files are left on disk. Nothing is written when nothing is missing. Entries
         that are not in ML-Agents' layout are kept (``latest()`` skips them).
@@ -358,8 +415,10 @@ class CheckpointList:
         return value
 
     def _prepare(self, key: str, steps: Any, file_path: Any, reward: Any, auxillary: Any,
-                 creation_time: Any, synced: Any) -> tuple[dict[str, Any], list[str]]:
-        """The entry to record and the absolute paths of its files; raises on anything wrong."""
+                 creation_time: Any, synced: Any) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """The entry to record and what ``_sync`` syncs: ``(absolute path, name shown)`` of each
+        file, then of each folder inside a checkpoint folder, deepest first, then of the checkpoint
+        folder itself. Raises on anything wrong."""
         where = self._where(key)
         context = self._context(key)
         if type(steps) is bool or not isinstance(steps, numbers.Integral):
@@ -403,16 +462,63 @@ class CheckpointList:
         given = [self._path("file_path", file_path, where, context)]
         given += [self._path("auxillary_file_paths", p, where, context) for p in extra]
         paths = [self.resolve(p) for p in given]
-        for name, path in zip(given, paths):
-            self._exists(name, path, int(steps), key)
+        sizes: dict[str, int] = {}
+        targets: list[tuple[str, str]] = []
+        folders: list[tuple[str, str]] = []
+        for index, (name, path) in enumerate(zip(given, paths)):
+            if self._exists(name, path, int(steps), key, folder=index == 0):
+                folders = self._folder(name, path, int(steps), key, sizes, targets)
+            else:
+                sizes.setdefault(name, os.stat(path).st_size)
+                targets.append((path, name))
         entry = {
             "steps": int(steps),
             "file_path": given[0],
             "reward": reward,
             "creation_time": creation_time,
             "auxillary_file_paths": given[1:],
+            FILES: sizes,
         }
-        return entry, paths
+        return entry, targets + folders
+
+    def _folder(self, given: str, folder: str, steps: int, key: str, sizes: dict[str, int],
+                targets: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Record the files of a checkpoint folder in ``sizes`` (as ``given/relative/name``) and
+        ``targets``; return its folders, deepest first, the checkpoint folder last."""
+        folders: list[tuple[str, str]] = []
+
+        def refuse(exc: OSError) -> None:
+            raise exc
+
+        try:
+            # Sorted so the entry lists the files in the same order on every machine.
+            for current, subfolders, names in os.walk(folder, onerror=refuse):
+                subfolders.sort()
+                relative = os.path.relpath(current, folder)
+                shown = given if relative == os.curdir else os.path.join(given, relative)
+                folders.append((current, shown))
+                for name in sorted(names):
+                    path = os.path.join(current, name)
+                    info = os.stat(path)
+                    if stat.S_ISREG(info.st_mode):
+                        sizes[os.path.join(shown, name)] = info.st_size
+                        targets.append((path, os.path.join(shown, name)))
+        except OSError as exc:
+            where = exc.filename if isinstance(exc.filename, str) else folder
+            raise TrainingStatusCheckpointError(
+                f"Cannot record the checkpoint at steps {steps} of {self._where(key)}: reading its folder "
+                f"{given} failed at {where} ({exc.strerror or exc}). Check the folder's permissions and "
+                "links. Nothing was recorded or removed.",
+                file_path=given, errno=exc.errno, **self._context(key),
+            ) from exc
+        if not any(path.startswith(folder + os.sep) for path, _ in targets):
+            raise TrainingStatusCheckpointError(
+                f"Cannot record the checkpoint at steps {steps} of {self._where(key)}: its folder {given} "
+                "holds no file. Write the checkpoint's files completely before recording it. Nothing "
+                "was recorded or removed.",
+                file_path=given, **self._context(key),
+            )
+        return folders[::-1]  # os.walk goes top-down: reversed, each folder after those inside it
 
     @staticmethod
     def _number(name: str, value: Any, where: str, context: dict[str, Any], hint: str, *, nan: bool = False) -> float:
@@ -449,7 +555,8 @@ class CheckpointList:
             )
         return path
 
-    def _exists(self, given: str, path: str, steps: int, key: str) -> None:
+    def _exists(self, given: str, path: str, steps: int, key: str, *, folder: bool) -> bool:
+        """Raise unless ``path`` is a regular file, or a folder where ``folder``; True for a folder."""
         what = f"the checkpoint at steps {steps} of {self._where(key)}"
         shown = given if given == path else f"{given} ({path})"
         try:
@@ -468,26 +575,28 @@ class CheckpointList:
                 f"Cannot record {what}: its file {shown} {problem}. {todo}. Nothing was recorded or removed.",
                 file_path=given, errno=exc.errno, **self._context(key),
             ) from exc
+        if folder and stat.S_ISDIR(info.st_mode):
+            return True
         if not stat.S_ISREG(info.st_mode):
             kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
             raise TrainingStatusCheckpointError(
-                f"Cannot record {what}: {shown} is {kind}. A checkpoint entry lists files: give the "
-                "main file as file_path and the others as auxillary_file_paths. Nothing was recorded "
-                "or removed.",
+                f"Cannot record {what}: {shown} is {kind}. Only file_path may be a checkpoint folder; "
+                "auxillary_file_paths lists files. Nothing was recorded or removed.",
                 file_path=given, **self._context(key),
             )
+        return False
 
-    def _sync(self, key: str, entry: dict[str, Any], paths: list[str]) -> None:
-        """fsync each file, then each directory holding one (once each), then the folders above
-        those (``sync_folders_above``)."""
+    def _sync(self, key: str, entry: dict[str, Any], synced: list[tuple[str, str]]) -> None:
+        """fsync each file, then each folder of a checkpoint folder (deepest first), then each
+        directory holding one of those (once each), then the folders above (``sync_folders_above``)."""
         directories: dict[str, None] = {}  # real paths: a folder reached through a link once
-        for path in paths:
+        for path, _ in synced:
             directories[os.path.realpath(os.path.dirname(path))] = None
             # A symlink: its target's directory entry matters too.
             directories[os.path.dirname(os.path.realpath(path))] = None
-        given = [entry["file_path"], *entry["auxillary_file_paths"]]
-        targets = [(path, False, name) for path, name in zip(paths, given)]
-        targets += [(directory, True, directory) for directory in directories]
+        targets = [(path, os.path.isdir(path), name) for path, name in synced]
+        done = {os.path.realpath(path) for path, directory, _ in targets if directory}
+        targets += [(directory, True, directory) for directory in directories if directory not in done]
         for path, directory, name in targets:
             try:
                 _fsync(path, directory=directory)
@@ -499,8 +608,10 @@ class CheckpointList:
                     "synced=True if you made the files durable yourself.",
                     file_path=name, errno=exc.errno, **self._context(key),
                 ) from exc
+        # Only from the outermost synced folders: those above the others were just synced.
+        done |= set(directories)
         try:
-            sync_folders_above(directories, self._store.path)
+            sync_folders_above([d for d in directories if not _inside(d, done)], self._store.path)
         except OSError as exc:
             raise TrainingStatusCheckpointError(
                 f"Cannot record the checkpoint at steps {entry['steps']} of {self._where(key)}: "
@@ -552,20 +663,16 @@ class CheckpointList:
             ))
 
     def _gone(self, entry: Any) -> bool:
-        paths = _entry_paths(entry)
-        return paths is not None and not all(os.path.exists(_join(self._root, p)) for p in paths)
+        """Is a file of ``entry`` missing, not a file, or of another size than recorded?"""
+        return next(_faults(entry, self._root), None) is not None
 
     def _problem(self, entry: Any, check: Check | None) -> str | None:
         """Why ``entry`` is not a usable checkpoint, or None if it is."""
         paths = _entry_paths(entry)
         if paths is None or type(entry.get("steps")) is not int:
             return "not a checkpoint entry in ML-Agents' layout (steps, file_path, auxillary_file_paths)"
-        for given in paths:
-            path = _join(self._root, given)
-            if not os.path.exists(path):
-                return f"{given} is missing"
-            if not os.path.isfile(path):
-                return f"{given} is not a file"
+        for _, _, why in _faults(entry, self._root):
+            return why
         if check is not None:
             try:
                 result = check(dict(entry))
@@ -640,6 +747,16 @@ _CANNOT_SYNC_A_FOLDER = frozenset({errno.EACCES, errno.EPERM, errno.EINVAL, errn
 def _in_transaction(store: StatusStore) -> bool:
     """Whether this thread is inside ``store.transaction()`` (the store has no public way to say)."""
     return bool(store._tx_depth) and store._tx_owner == threading.get_ident()
+
+
+def _inside(folder: str, folders: set[str]) -> bool:
+    """Is ``folder`` below one of ``folders``?"""
+    parent = os.path.dirname(folder)
+    while parent != folder:
+        if parent in folders:
+            return True
+        folder, parent = parent, os.path.dirname(parent)
+    return False
 
 
 def _steps(entry: Any) -> Any:

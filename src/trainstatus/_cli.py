@@ -579,21 +579,30 @@ def _root(root: str | None) -> str | None:
 
 
 def _check_files(report: _Report, document: Document, path: str, root: str | None) -> None:
-    """``check --files``: every file a checkpoint entry lists must exist (a warning each if not)."""
+    """``check --files``: every file a checkpoint entry lists must exist and, where the entry
+    recorded sizes, have its recorded size (a warning each if not)."""
     categories = {c: {k: decode(e) for k, e in entries.items()} for c, entries in document.categories.items()}
     listed = sum(len(paths) for _, _, paths in _checkpoints._listed(categories))
     where = f"under {root}" if root is not None else "under the current directory"
     missing = _checkpoints.missing_files(categories, root)
+    changed = _checkpoints.changed_files(categories, root)
     rooted = [] if root is None else ["--root", root]
-    for category, key, file_path in missing:
+
+    def fix(category: str, key: str) -> str:
         if key == _checkpoints.FINAL_CHECKPOINT:
-            fix = f"`{shlex.join([PROG, 'delete', path, category, key])}` removes it"
-        else:
-            fix = f"`{shlex.join([PROG, 'prune-missing', *rooted, path])}` removes such entries"
+            return f"`{shlex.join([PROG, 'delete', path, category, key])}` removes it"
+        return f"`{shlex.join([PROG, 'prune-missing', *rooted, path])}` removes such entries"
+
+    for category, key, file_path in missing:
         report("warning", f"{_where(category, key)} lists {file_path}, which does not exist ({where}); "
-                          f"a resume from it fails: put the file back, or {fix}")
-    if not missing:
-        report("ok", f"every checkpoint file listed exists ({_plural(listed, 'file')}, {where})")
+                          f"a resume from it fails: put the file back, or {fix(category, key)}")
+    for category, key, _, why in changed:
+        report("warning", f"{_where(category, key)}: {why} ({where}); the checkpoint was changed since it was "
+                          f"recorded (truncated, overwritten) and a resume from it fails: put the file back, "
+                          f"or {fix(category, key)}")
+    if not missing and not changed:
+        report("ok", f"every checkpoint file listed exists with its recorded size ({_plural(listed, 'file')}, "
+                     f"{where})")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

@@ -1,9 +1,9 @@
 """The command line's ``prune-missing``: drop the checkpoint entries whose files are gone.
 
 What ``check --files`` finds, fixed: the ``checkpoints`` list of each behavior loses the entries
-whose main or auxiliary files are missing (``CheckpointList.prune_missing``, one locked, atomic and
+whose main or auxiliary files are missing or not of their recorded size (``CheckpointList.prune_missing``, one locked, atomic and
 durable write per list), so a resume never picks a checkpoint that cannot be loaded. A
-``final_checkpoint`` naming a missing file is reported, not removed: it is one value, which
+``final_checkpoint`` naming a missing or changed file is reported, not removed: it is one value, which
 ``trainstatus delete`` removes when that is what the user wants.
 """
 
@@ -13,7 +13,7 @@ import argparse
 import os
 import shlex
 
-from ._checkpoints import FINAL_CHECKPOINT, CheckpointList, missing_files
+from ._checkpoints import FINAL_CHECKPOINT, CheckpointList, changed_files, missing_files
 from ._cli import _open_store, _root
 from ._cli_base import EXIT_OK, _Fail, _json, _missing, _plural, _where
 from ._cli_main import PROG
@@ -36,15 +36,16 @@ def _cmd_prune_missing(args: argparse.Namespace) -> int:
                 removed += 1
                 print(f"removed from {_where(category, 'checkpoints')}: step {_json(entry.get('steps'))}, "
                       f"{entry.get('file_path')}")
-        finals = [(c, p) for c, k, p in missing_files(store.to_dict(), root) if k == FINAL_CHECKPOINT]
+        finals = [(c, f"it lists {p}, which does not exist")
+                  for c, k, p in missing_files(store.to_dict(), root) if k == FINAL_CHECKPOINT]
+        finals += [(c, why) for c, k, _, why in changed_files(store.to_dict(), root) if k == FINAL_CHECKPOINT]
     finally:
         store.close()
-    for category, path in finals:
+    for category, problem in finals:
         command = shlex.join([PROG, "delete", args.path, category, FINAL_CHECKPOINT])
-        print(f"kept {_where(category, FINAL_CHECKPOINT)}: it lists {path}, which does not exist; `{command}` "
-              "removes it")
+        print(f"kept {_where(category, FINAL_CHECKPOINT)}: {problem}; `{command}` removes it")
     if removed:
         print(f"{_plural(removed, 'checkpoint entry', 'checkpoint entries')} removed from {args.path}")
     else:
-        print(f"nothing removed: every file a checkpoints list of {args.path} names exists")
+        print(f"nothing removed: every file a checkpoints list of {args.path} names exists with its recorded size")
     return EXIT_OK

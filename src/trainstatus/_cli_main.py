@@ -232,7 +232,8 @@ now, temp files or leases left by a killed writer, copies kept aside. Nothing is
 locked for longer than an instant.
 
 --files also checks that every checkpoint file listed (checkpoints lists and final_checkpoint
-entries, main and auxiliary files) exists, under --root DIR for relative paths.
+entries, main and auxiliary files, the files of a checkpoint folder) exists, under --root DIR for
+relative paths, with the size recorded in the entry where it has one.
 
 exit status: 0 sound, 1 warnings, 2 corrupt, unreadable, or a name given more than once.
 
@@ -243,16 +244,17 @@ examples:
     check.add_argument("path", metavar="PATH", help="the status file")
     check.add_argument("--files", action="store_true",
                        help="also check that every file a checkpoints list or final_checkpoint names "
-                            "exists (a warning for each missing one)")
+                            "exists with its recorded size (a warning for each missing or changed one)")
     check.add_argument("--root", metavar="DIR",
                        help="with --files: the directory relative file paths are under (default: the "
                             "current directory, as mlagents-learn resolves them)")
 
     prune = command("prune-missing", _Command("_cli_checkpoints", "_cmd_prune_missing"),
                     "drop the checkpoint entries whose files are gone (locked, atomic, durable)", """\
-each behavior's checkpoints list loses the entries whose main or auxiliary file is missing (what
-`check --files` warns about), so that a resume never picks a checkpoint that cannot be loaded; the
-files of the entries kept are not touched. A final_checkpoint naming a missing file is reported,
+each behavior's checkpoints list loses the entries whose main or auxiliary file is missing or not
+of its recorded size (what `check --files` warns about), so that a resume never picks a checkpoint
+that cannot be loaded; the files of the entries kept are not touched. A final_checkpoint naming a
+missing or changed file is reported,
 not removed (`trainstatus delete PATH CATEGORY final_checkpoint` removes it).
 
 example:
