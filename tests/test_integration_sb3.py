@@ -128,13 +128,29 @@ def test_keep_leaves_exactly_the_newest_n_checkpoints(trained: Path) -> None:
 
 def test_a_zip_cut_in_half_is_skipped_with_a_warning(torch_python: Path, run: Path) -> None:
     newest = run / "rl_model_384_steps.zip"
+    whole = newest.stat().st_size
     with open(newest, "r+b") as f:
-        f.truncate(newest.stat().st_size // 2)
+        f.truncate(whole // 2)
     resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3).finish()["resumed"]
     assert resumed["path"] == str(run / "rl_model_320_steps.zip")
     assert resumed["steps"] == 320  # PPO.load succeeded on it in the child
     [warning] = resumed["warnings"]
-    assert "steps 384" in warning and "rl_model_384_steps.zip is not a whole SB3 model zip" in warning and "Using the checkpoint at steps 320" in warning
+    # The size recorded with the entry catches it first.
+    assert "steps 384" in warning and f"rl_model_384_steps.zip has {whole // 2:,} bytes, {whole:,} recorded" in warning
+    assert "Using the checkpoint at steps 320" in warning
+
+
+def test_a_zip_damaged_in_place_is_skipped_by_the_zip_check(torch_python: Path, run: Path) -> None:
+    # Its recorded size intact (overwritten in the middle): the zip check catches it.
+    newest = run / "rl_model_384_steps.zip"
+    size = newest.stat().st_size
+    with open(newest, "r+b") as f:
+        f.seek(size // 3)
+        f.write(b"\0" * (size // 3))
+    resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3).finish()["resumed"]
+    assert (resumed["path"], resumed["steps"]) == (str(run / "rl_model_320_steps.zip"), 320)
+    [warning] = resumed["warnings"]
+    assert "steps 384" in warning and "rl_model_384_steps.zip" in warning and f"has {size:,} bytes" not in warning
 
 
 def test_a_listed_file_deleted_by_hand_is_skipped(torch_python: Path, run: Path) -> None:
@@ -147,8 +163,9 @@ def test_a_listed_file_deleted_by_hand_is_skipped(torch_python: Path, run: Path)
 
 
 def test_nothing_recorded_starts_fresh_and_nothing_whole_warns(torch_python: Path, run: Path, tmp_path: Path) -> None:
-    for name in zips(run):
-        (run / name).write_bytes(b"PK\x03\x04 not a whole zip")
+    for name in zips(run):  # the recorded sizes kept: the zip check is what refuses them
+        size = (run / name).stat().st_size
+        (run / name).write_bytes(b"PK\x03\x04 not a whole zip".ljust(size, b"\0"))
     resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ).finish()["resumed"]
     assert (resumed["path"], resumed["steps"]) == (None, 0)
     [warning] = resumed["warnings"]
@@ -191,11 +208,12 @@ def test_replay_buffer_and_vecnormalize_files_are_named_as_sb3_names_them(torch_
     ]
     # A replay buffer cut short makes its checkpoint incomplete.
     buffer = ours / "rl_model_replay_buffer_128_steps.pkl"
+    size = buffer.stat().st_size
     with open(buffer, "r+b") as f:
-        f.truncate(buffer.stat().st_size - 100)
+        f.truncate(size - 100)
     resumed = Trainer(torch_python, algo="dqn", vecnormalize=True, dir=str(ours), save_freq=SAVE_FREQ).finish()["resumed"]
     assert (resumed["path"], resumed["steps"]) == (str(ours / "rl_model_64_steps.zip"), 64)
-    assert "does not end as a pickle does" in resumed["warnings"][0]
+    assert f"rl_model_replay_buffer_128_steps.pkl has {size - 100:,} bytes, {size:,} recorded" in resumed["warnings"][0]
 
 
 CURRICULUM_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sb3_curriculum.py"
