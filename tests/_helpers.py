@@ -33,6 +33,14 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def write(root: Path, name: str, data: bytes = b"weights") -> str:
+    """Create ``root/name`` (folders too); return ``name``, the path as a trainer would list it."""
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return name
+
+
 def read_fresh(path: Path | str | os.PathLike[str]) -> dict[str, Any]:
     """What a new store reads from disk."""
     fresh = StatusStore(path)

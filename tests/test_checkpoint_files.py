@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import read_fresh
+from _helpers import read_fresh, write
 
 from trainstatus import (
     CheckpointList,
@@ -33,13 +33,6 @@ def store(tmp_path: Path) -> Any:
     opened = StatusStore(tmp_path / "run_logs" / "training_status.json")
     yield opened
     opened.close()
-
-
-def write(root: Path, name: str, data: bytes = b"weights") -> str:
-    path = root / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return name
 
 
 def folder(root: Path, name: str, files: dict[str, bytes] = FOLDER) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 import _checkpoint_writer as cw
 import pytest
-from _helpers import read_fresh, run_threads, same
+from _helpers import read_fresh, run_threads, same, write
 
 from trainstatus import (
     CheckpointList,
@@ -53,14 +53,6 @@ def store(tmp_path: Path) -> Iterator[StatusStore]:
     opened = StatusStore(tmp_path / "run_logs" / "training_status.json")
     yield opened
     opened.close()
-
-
-def write(root: Path, name: str, data: bytes = b"weights") -> str:
-    """Create ``root/name`` (folders too); return ``name``, the path as a trainer would list it."""
-    path = root / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return name
 
 
 def on_disk(store: StatusStore) -> dict[str, Any]:
