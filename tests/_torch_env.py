@@ -29,9 +29,10 @@ import filelock
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-torch"
 TORCH = "torch==2.13.0"
-# One list per integration: a new one (transformers, lightning) adds its packages here.
+# One list per integration: a new one (transformers) adds its packages here.
 LIBRARIES = {
     "sb3": ["stable-baselines3", "gymnasium"],
+    "lightning": ["lightning"],
 }
 
 

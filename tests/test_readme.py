@@ -42,7 +42,7 @@ def test_readme_demo_command_runs_the_example_that_exists() -> None:
 def test_the_tests_that_build_an_environment_are_marked_by_needing_it() -> None:
     # The default run (pyproject's -m) must not collect a test that builds .venv-torch/ (about 1 GB)
     # or .venv-mlagents/: conftest marks each by the fixture it takes, whatever its file says.
-    files = ["tests/test_integration_sb3.py", "tests/test_checkpoints.py"]
+    files = ["tests/test_integration_sb3.py", "tests/test_integration_lightning.py", "tests/test_checkpoints.py"]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "--no-cov", "-p", "no:cacheprovider", *files],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
@@ -50,5 +50,6 @@ def test_the_tests_that_build_an_environment_are_marked_by_needing_it() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     collected = result.stdout.splitlines()
     assert not [test for test in collected if "test_integration_sb3.py::" in test]
+    assert not [test for test in collected if "test_integration_lightning.py::" in test]
     assert not [test for test in collected if "read_each_others_lists" in test]  # its mla_python test
     assert any("test_checkpoints.py::" in test for test in collected)  # the file itself is collected

@@ -1,6 +1,7 @@
 """Adapters that give training libraries trainstatus's checkpoint promise, one module per library.
 
 - ``trainstatus.integrations.sb3``: Stable-Baselines3 (``pip install "trainstatus[sb3]"``).
+- ``trainstatus.integrations.lightning``: PyTorch Lightning (``pip install "trainstatus[lightning]"``).
 
 Each module imports its library at the top and is imported only by its users: this package imports
 nothing, so ``import trainstatus`` and ``import trainstatus.integrations`` never load torch or any
