@@ -17,17 +17,13 @@ lowest versions too). A lock file makes concurrent test runs build it once.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import filelock
+import _venvs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = _venvs.ROOT
 VENV = ROOT / ".venv-mlagents"
 STANDIN = Path(__file__).resolve().parent / "data" / "mlagents_torch_utils.py"
 MLAGENTS = ["mlagents==1.1.0", "mlagents-envs==1.1.0"]
@@ -37,7 +33,7 @@ LIGHT = ["attrs", "cattrs<1.7", "numpy<1.24", "protobuf<3.21", "pillow", "grpcio
 
 
 def python() -> Path:
-    return VENV / "bin" / "python"
+    return _venvs.python(VENV)
 
 
 def site_packages() -> Path:
@@ -48,42 +44,18 @@ def site_packages() -> Path:
     return Path(out.stdout.strip())
 
 
-def _spec() -> str:
-    ours = [f"{name}=={importlib.metadata.version(name)}" for name in ("filelock", "orjson")]
-    return json.dumps({
-        "python": sys.version,
-        "mlagents": MLAGENTS,
-        "light": LIGHT,
-        "ours": ours,
-        "pyproject": hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest(),
-        "standin": hashlib.sha256(STANDIN.read_bytes()).hexdigest(),
-    }, sort_keys=True)
-
-
-def _pip(*args: str) -> None:
-    command = [str(python()), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-    if result.returncode != 0:
-        raise RuntimeError(f"building {VENV} failed: {' '.join(command)}\n{result.stdout}\n{result.stderr}")
-
-
 def ensure() -> Path:
     """The environment's interpreter, the environment built first if it is missing or stale."""
-    spec = _spec()
-    stamp = VENV / "trainstatus-spec.json"
-    with filelock.FileLock(str(VENV) + ".lock", timeout=1800):
-        if stamp.exists() and stamp.read_text() == spec and python().exists():
-            return python()
-        if VENV.exists():
-            shutil.rmtree(VENV)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
+
+    def build() -> None:
         # ML-Agents 1.1.0 declares Python <= 3.10.12: on a newer interpreter pip needs to be told.
-        _pip("--no-deps", "--ignore-requires-python", *MLAGENTS)
-        ours = json.loads(spec)["ours"]
-        _pip(*LIGHT, *ours, "-e", str(ROOT))
+        _venvs.pip(VENV, "--no-deps", "--ignore-requires-python", *MLAGENTS, timeout=1200)
+        _venvs.pip(VENV, *LIGHT, *_venvs.ours(), "-e", str(ROOT), timeout=1200)
         shutil.copyfile(STANDIN, site_packages() / "mlagents" / "torch_utils" / "__init__.py")
-        stamp.write_text(spec)
-    return python()
+
+    made_of = _venvs.spec(mlagents=MLAGENTS, light=LIGHT,
+                          standin=hashlib.sha256(STANDIN.read_bytes()).hexdigest())
+    return _venvs.ensure(VENV, made_of, build, timeout=1800)
 
 
 if __name__ == "__main__":

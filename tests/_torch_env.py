@@ -16,17 +16,11 @@ and orjson the suite runs with). A lock file makes concurrent test runs build it
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import filelock
+import _venvs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = _venvs.ROOT
 VENV = ROOT / ".venv-torch"
 TORCH = "torch==2.13.0"
 # One list per integration: a new one (transformers) adds its packages here.
@@ -37,42 +31,18 @@ LIBRARIES = {
 
 
 def python() -> Path:
-    return VENV / "bin" / "python"
-
-
-def _spec() -> str:
-    ours = [f"{name}=={importlib.metadata.version(name)}" for name in ("filelock", "orjson")]
-    return json.dumps({
-        "python": sys.version,
-        "torch": TORCH,
-        "libraries": LIBRARIES,
-        "ours": ours,
-        "pyproject": hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest(),
-    }, sort_keys=True)
-
-
-def _pip(*args: str) -> None:
-    command = [str(python()), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-    if result.returncode != 0:
-        raise RuntimeError(f"building {VENV} failed: {' '.join(command)}\n{result.stdout}\n{result.stderr}")
+    return _venvs.python(VENV)
 
 
 def ensure() -> Path:
     """The environment's interpreter, the environment built first if it is missing or stale."""
-    spec = _spec()
-    stamp = VENV / "trainstatus-spec.json"
-    with filelock.FileLock(str(VENV) + ".lock", timeout=3600):
-        if stamp.exists() and stamp.read_text() == spec and python().exists():
-            return python()
-        if VENV.exists():
-            shutil.rmtree(VENV)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
-        _pip(TORCH)  # alone first: see the module's docstring
+
+    def build() -> None:
+        _venvs.pip(VENV, TORCH, timeout=1800)  # alone first: see the module's docstring
         packages = [name for names in LIBRARIES.values() for name in names]
-        _pip(TORCH, *packages, *json.loads(spec)["ours"], "-e", str(ROOT))
-        stamp.write_text(spec)
-    return python()
+        _venvs.pip(VENV, TORCH, *packages, *_venvs.ours(), "-e", str(ROOT), timeout=1800)
+
+    return _venvs.ensure(VENV, _venvs.spec(torch=TORCH, libraries=LIBRARIES), build, timeout=3600)
 
 
 if __name__ == "__main__":

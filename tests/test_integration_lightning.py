@@ -11,84 +11,26 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _trainer_child import ChildTrainer
 
 from trainstatus import StatusStore
 
 TRAINER = Path(__file__).resolve().parent / "_lightning_trainer.py"
 
 
-class Trainer:
-    """One child run of tests/_lightning_trainer.py, its JSON lines read as they come (Lightning
-    prints lines of its own on stdout too: those are skipped)."""
+class Trainer(ChildTrainer):
+    """One run of tests/_lightning_trainer.py (Lightning prints lines of its own too: skipped)."""
 
-    def __init__(self, python: Path, env: dict[str, str] | None = None, **options: Any) -> None:
-        self.process = subprocess.Popen(
-            [str(python), str(TRAINER), json.dumps(options)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-        )
-        self.events: dict[str, dict[str, Any]] = {}
-        self.removed: list[dict[str, Any]] = []
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self.lines.put(line)
-        self.lines.put("")  # the end
-
-    def until(self, event: str, timeout: float = 120.0) -> dict[str, Any]:
-        """Read lines until ``event``; fail with the child's stderr if it ends first."""
-        deadline = time.monotonic() + timeout
-        while event not in self.events:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                pytest.fail(f"the trainer printed no {event!r} line in {timeout} s")
-            if not line:
-                self.process.wait()
-                stderr = self.process.stderr.read() if self.process.stderr else ""
-                pytest.fail(f"the trainer ended (exit {self.process.returncode}) before {event!r}:\n{stderr[-5000:]}")
-            fields = json.loads(line)
-            if fields["event"] == "removed":
-                self.removed.append(fields)
-            self.events[fields["event"]] = fields
-        return self.events[event]
-
-    def finish(self) -> dict[str, dict[str, Any]]:
-        """Wait for the run's end (exit 0); its events, the last one ``done``."""
-        try:
-            self.until("done", timeout=300)
-            assert self.process.wait(timeout=60) == 0
-        finally:
-            self.kill()
-        return self.events
-
-    def kill(self) -> None:
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-        self.reader.join()
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
+    script = TRAINER
 
 
 def recorded(directory: Path, status: Path | None = None) -> list[tuple[int, str]]:
@@ -137,14 +79,29 @@ def test_save_top_k_and_save_last_leave_exactly_what_the_list_records(trained: P
 
 
 def test_a_ckpt_cut_in_half_is_skipped_with_a_warning(torch_python: Path, run: Path) -> None:
+    whole = (run / "last.ckpt").stat().st_size
     cut_in_half(run / "last.ckpt")
     cut_in_half(run / "epoch=1-step=16.ckpt")
     events = Trainer(torch_python, dir=str(run), max_steps=16).finish()
     assert events["resumed"]["path"] == str(run / "epoch=1-step=12.ckpt")
     assert events["ready"]["step"] == 12  # Lightning restored it
     [warning] = events["resumed"]["warnings"]
-    assert "steps 16 (the check raised BadZipFile" in warning and warning.count("BadZipFile") == 2
+    # The size recorded with each entry catches a file cut short first.
+    assert f"last.ckpt has {whole // 2:,} bytes, {whole:,} recorded" in warning
+    assert "epoch=1-step=16.ckpt has" in warning
     assert "Using the checkpoint at steps 12 (epoch=1-step=12.ckpt)" in warning
+
+
+def test_a_ckpt_damaged_in_place_is_skipped_by_the_archive_check(torch_python: Path, run: Path) -> None:
+    for name in ("last.ckpt", "epoch=1-step=16.ckpt"):  # their recorded sizes kept
+        size = (run / name).stat().st_size
+        with open(run / name, "r+b") as f:
+            f.seek(size // 3)
+            f.write(b"\0" * (size // 3))
+    events = Trainer(torch_python, dir=str(run), max_steps=16).finish()
+    assert (events["resumed"]["path"], events["ready"]["step"]) == (str(run / "epoch=1-step=12.ckpt"), 12)
+    [warning] = events["resumed"]["warnings"]
+    assert "steps 16 (the check raised" in warning and " bytes, " not in warning
 
 
 def test_a_listed_file_deleted_by_hand_is_skipped(torch_python: Path, run: Path) -> None:
@@ -352,3 +309,32 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
           f"  ckpt_path=\"last\" (Lightning's own): {theirs_failed} of {theirs_tried} failed to load; "
           f"{leaked} temp files left in TMPDIR")
     sys.stdout.flush()
+
+
+NEW_FOLDER = r"""
+import json, os, sys
+import trainstatus._checkpoints as checkpoints
+from trainstatus.integrations.lightning import TrainStatusCheckpointIO
+
+run = sys.argv[1]
+synced = []
+real = checkpoints._fsync
+checkpoints._fsync = lambda path, directory=False: (synced.append(os.path.realpath(path)), real(path, directory=directory))[1]
+plugin = TrainStatusCheckpointIO(status_path=os.path.join(run, "run_logs", "training_status.json"))
+plugin.save_checkpoint({"global_step": 1, "state_dict": {}}, os.path.join(run, "checkpoints", "new", "epoch=0.ckpt"))
+plugin.teardown()
+print(json.dumps([p for p in synced if p in (os.path.join(run, "checkpoints"), run)]))
+"""
+
+
+def test_a_new_checkpoint_folder_is_durable_before_its_first_checkpoint_is_recorded(
+        torch_python: Path, tmp_path: Path) -> None:
+    # Lightning's dirpath made by the first save, the status file elsewhere in the run folder: the
+    # folders above dirpath are synced up to the run folder, or a power loss could lose dirpath
+    # while the list names its file.
+    run = tmp_path / "run"
+    (run / "run_logs").mkdir(parents=True)
+    done = subprocess.run([str(torch_python), "-c", NEW_FOLDER, str(run)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [str(run / "checkpoints"), str(run)]

@@ -12,18 +12,16 @@ from __future__ import annotations
 import glob
 import json
 import os
-import queue
 import random
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _trainer_child import ChildTrainer
 
 from trainstatus import StatusStore
 
@@ -31,61 +29,10 @@ TRAINER = Path(__file__).resolve().parent / "_sb3_trainer.py"
 SAVE_FREQ = 64  # one save per PPO rollout (n_steps=64)
 
 
-class Trainer:
-    """One child run of tests/_sb3_trainer.py, its JSON lines read as they come (by a thread: a
-    selector on the pipe would not see lines already read into the text buffer)."""
+class Trainer(ChildTrainer):
+    """One run of tests/_sb3_trainer.py."""
 
-    def __init__(self, python: Path, **options: Any) -> None:
-        self.process = subprocess.Popen(
-            [str(python), str(TRAINER), json.dumps(options)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        )
-        self.events: dict[str, dict[str, Any]] = {}
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put("")  # the end
-
-    def until(self, event: str, timeout: float = 120.0) -> dict[str, Any]:
-        """Read lines until ``event``; fail with the child's stderr if it ends first."""
-        deadline = time.monotonic() + timeout
-        while event not in self.events:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                pytest.fail(f"the trainer printed no {event!r} line in {timeout} s")
-            if not line:
-                self.process.wait()
-                stderr = self.process.stderr.read() if self.process.stderr else ""
-                pytest.fail(f"the trainer ended (exit {self.process.returncode}) before {event!r}:\n{stderr}")
-            fields = json.loads(line)
-            self.events[fields["event"]] = fields
-        return self.events[event]
-
-    def finish(self) -> dict[str, dict[str, Any]]:
-        """Wait for the run's end (exit 0); its events, the last one ``done``."""
-        try:
-            self.until("done", timeout=300)
-            assert self.process.wait(timeout=60) == 0
-        finally:
-            self.kill()
-        return self.events
-
-    def kill(self) -> None:
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-        self.reader.join()
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
+    script = TRAINER
 
 
 def recorded(directory: Path, prefix: str = "rl_model", status: Path | None = None) -> list[dict[str, Any]]:

@@ -33,9 +33,10 @@ from typing import Any
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from .. import _atomic, _names
-from .._checkpoints import CHECKPOINTS, CheckpointList
-from .._errors import TrainingStatusError, TrainingStatusTypeError
+from .._checkpoints import CHECKPOINTS, CheckpointList, sync_folders_above
+from .._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusTypeError
 from .._store import StatusStore
+from ._temps import remove_stale_temps
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
 
@@ -107,6 +108,16 @@ class TrainStatusCheckpointIO(CheckpointIO):
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=folder)
             self._lists[folder] = checkpoints
             _remove_stale_temps(folder)
+            # The folder may be new (save_checkpoint makes it): its entry, and those of the
+            # folders made with it, must be durable before a checkpoint in it is recorded.
+            try:
+                sync_folders_above([folder], store.path)
+            except OSError as exc:
+                raise TrainingStatusCheckpointError(
+                    f"Cannot make {folder} durable before recording checkpoints in it: syncing the "
+                    f"folder {exc.filename} failed ({exc.strerror or exc}). Check the disk.",
+                    path=store.path, category=CATEGORY, errno=exc.errno,
+                ) from exc
         return checkpoints
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
@@ -247,16 +258,7 @@ def _drop(checkpoints: CheckpointList, stale: Callable[[Mapping[str, Any]], bool
 
 def _remove_stale_temps(folder: str) -> None:
     """Remove the temp files a killed save left in ``folder`` (they never became checkpoints)."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        if _TEMP.fullmatch(name):
-            try:
-                os.remove(os.path.join(folder, name))
-            except OSError:
-                pass
+    remove_stale_temps(folder, _TEMP)
 
 
 def _whole(folder: str) -> Callable[[dict[str, Any]], bool]:

@@ -42,6 +42,7 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
+from ._temps import remove_stale_temps
 
 __all__ = ["STATUS_FILE", "TrainStatusCheckpointCallback", "last_complete_checkpoint"]
 
@@ -243,18 +244,8 @@ def _remove_stale_temps(save_path: str, name_prefix: str) -> None:
     """Remove the temp files a killed save of this prefix left (they never became checkpoints)."""
     # This prefix's names only (rl_model_<steps>_steps.zip and its two .pkl), so that a save in
     # progress under another prefix (rl_model_best_...) in the same folder is never touched.
-    pattern = re.compile(re.escape("." + name_prefix + "_") + r"(?:replay_buffer_|vecnormalize_)?\d+_steps"
-                         r"\.(?:zip|pkl)\.trainstatus-[0-9a-f]{16}\.tmp")
-    try:
-        names = os.listdir(save_path)
-    except OSError:
-        return
-    for name in names:
-        if pattern.fullmatch(name):
-            try:
-                os.remove(os.path.join(save_path, name))
-            except OSError:
-                pass
+    remove_stale_temps(save_path, re.compile(re.escape("." + name_prefix + "_") + r"(?:replay_buffer_|vecnormalize_)?"
+                                             r"\d+_steps\.(?:zip|pkl)\.trainstatus-[0-9a-f]{16}\.tmp"))
 
 
 def _whole(root: str) -> Callable[[dict[str, Any]], bool]:

@@ -1,0 +1,82 @@
+"""A training run in a child process, read line by line: the integrations' tests' one harness.
+
+The child (tests/_sb3_trainer.py, tests/_lightning_trainer.py) prints one JSON object a line,
+flushed; lines that are not JSON objects (a library's own output) are skipped. A thread reads them
+as they come: a selector on the pipe would not see lines already read into the text buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+class ChildTrainer:
+    """One run of ``script`` (set by a subclass) with ``options`` as its JSON argument."""
+
+    script: Path
+
+    def __init__(self, python: Path, env: dict[str, str] | None = None, **options: Any) -> None:
+        self.process = subprocess.Popen(
+            [str(python), str(self.script), json.dumps(options)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        )
+        self.events: dict[str, dict[str, Any]] = {}  # the last of each kind
+        self.removed: list[dict[str, Any]] = []  # every "removed" event, in order
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self.lines.put(line)
+        self.lines.put("")  # the end
+
+    def until(self, event: str, timeout: float = 120.0) -> dict[str, Any]:
+        """Read lines until ``event``; fail with the child's stderr if it ends first."""
+        deadline = time.monotonic() + timeout
+        while event not in self.events:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                pytest.fail(f"the trainer printed no {event!r} line in {timeout} s")
+            if not line:
+                self.process.wait()
+                stderr = self.process.stderr.read() if self.process.stderr else ""
+                pytest.fail(f"the trainer ended (exit {self.process.returncode}) before {event!r}:\n{stderr[-5000:]}")
+            fields = json.loads(line)
+            if fields["event"] == "removed":
+                self.removed.append(fields)
+            self.events[fields["event"]] = fields
+        return self.events[event]
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Wait for the run's end (exit 0); its events, the last one ``done``."""
+        try:
+            self.until("done", timeout=300)
+            assert self.process.wait(timeout=60) == 0
+        finally:
+            self.kill()
+        return self.events
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self.reader.join()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
