@@ -115,13 +115,20 @@ def check_resume(run_dir: str) -> Trainer:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a damaged status file kept aside would warn
         trainer = Trainer(run_dir)
-    for entry in trainer.checkpoints.entries():
-        path = trainer.checkpoints.resolve(entry["file_path"])
-        assert os.path.exists(path), f"the status lists {entry['file_path']}, which is gone"
-        try:
-            load_checkpoint(path)
-        except ValueError as exc:
-            raise AssertionError(f"the status lists {entry['file_path']}, which does not load: {exc}") from None
-    assert trainer.lesson <= trainer.steps // LESSON_STEPS, (
-        f"lesson {trainer.lesson} is ahead of the model it resumes from (steps {trainer.steps})")
+    try:
+        for entry in trainer.checkpoints.entries():
+            path = trainer.checkpoints.resolve(entry["file_path"])
+            assert os.path.exists(path), f"the status lists {entry['file_path']}, which is gone"
+            try:
+                load_checkpoint(path)
+            except ValueError as exc:
+                raise AssertionError(f"the status lists {entry['file_path']}, which does not load: {exc}") from None
+        assert trainer.lesson <= trainer.steps // LESSON_STEPS, (
+            f"lesson {trainer.lesson} is ahead of the model it resumes from (steps {trainer.steps})")
+    except BaseException:
+        # Closed now, not when the failure's traceback lets go of it: under pyfakefs that would be
+        # after the fake filesystem is gone, and its descriptors' numbers would close real files
+        # (pytest's own capture files, seen as "lost sys.stderr").
+        trainer.close()
+        raise
     return trainer

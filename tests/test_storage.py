@@ -809,3 +809,4 @@ def test_store_on_memory() -> None:
     assert store.get("Walker", "lesson") == 1
     # A second store on the same Memory reads what the first wrote.
     assert StatusStore._on_storage(memory).get("Walker", "lesson") == 1
+

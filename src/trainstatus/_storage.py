@@ -157,6 +157,16 @@ class _Closer:
         self._thread: threading.Thread | None = None
 
     def close(self, fds: list[_locking.Descriptor]) -> None:
+        # pyfakefs answers a call made from this module's thread with the real os (it takes the
+        # thread's frames for those of a module it must not patch): a fake descriptor closed there
+        # would close whatever real file has its number (a test runner's capture file, say).
+        # Those are closed here, now, by the os that opened them.
+        fake = [d for d in fds if _opened_by_pyfakefs(d[1])]
+        if fake:
+            _locking.close_all(fake)
+            fds = [d for d in fds if not _opened_by_pyfakefs(d[1])]
+            if not fds:
+                return
         with self._cond:
             self._queued.extend(fds)
             self._start()
@@ -208,6 +218,10 @@ class _Closer:
         queued = self._queued
         self.__init__()  # type: ignore[misc]  # a fresh, unlocked state, as in a new process
         _locking.close_all(queued)
+
+
+def _opened_by_pyfakefs(close: Callable[[int], None]) -> bool:
+    return (getattr(close, "__module__", None) or "").startswith("pyfakefs.")
 
 
 _closer = _Closer()
