@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -810,3 +811,25 @@ def test_store_on_memory() -> None:
     # A second store on the same Memory reads what the first wrote.
     assert StatusStore._on_storage(memory).get("Walker", "lesson") == 1
 
+
+
+
+def test_a_descriptor_pyfakefs_opened_is_closed_at_once_in_the_callers_thread() -> None:
+    # pyfakefs answers every call with the real os while it has the original os in use
+    # (FakeOsModule.use_original: its pytest plugin sets it while pytest reports), a global flag:
+    # a fake descriptor closed meanwhile by the background closer's thread closed a real file with
+    # that number (the crash examples lost pytest's capture file, "lost sys.stderr", in 3 runs of
+    # 6). Such descriptors are closed at once, by the thread that retires them.
+    from trainstatus import _storage
+
+    calls: list[tuple[int, str]] = []
+
+    def fake_close(fd: int) -> None:
+        calls.append((fd, threading.current_thread().name))
+
+    fake_close.__module__ = "pyfakefs.fake_os"  # what pyfakefs's os.close carries
+    real_style: list[int] = []
+    _storage._closer.close([(1001, fake_close), (-1, real_style.append)])
+    assert calls == [(1001, threading.current_thread().name)]  # done before close() returned
+    _storage._closer.wait(5)
+    assert real_style == [-1]  # the others still go to the closer's thread
