@@ -36,7 +36,7 @@ from .. import _atomic, _names
 from .._checkpoints import CHECKPOINTS, CheckpointList, sync_folders_above
 from .._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusTypeError
 from .._store import StatusStore
-from ._temps import remove_stale_temps
+from ._common import newest_whole, remove_stale_temps
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
 
@@ -179,18 +179,12 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *,
     (not a link Lightning made in its place) and opens as torch's zip archive with its
     ``data.pkl`` and ``version`` members, every member passing its CRC check. Newer checkpoints
     passed over are named, with the reason, in one ``TrainingStatusCheckpointWarning``; nothing is
-    removed. None when nothing was recorded (no status file yet: a fresh run, which
-    ``ckpt_path=None`` starts) or nothing recorded is whole.
+    removed. None when nothing was recorded (no status file yet, nor a history to put it back from:
+    a fresh run, which ``ckpt_path=None`` starts) or nothing recorded is whole.
     """
     folder = os.path.abspath(os.fspath(dirpath))
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
-    if not os.path.exists(path):
-        return None
-    store = StatusStore(path, resume=True)
-    try:
-        entry = CheckpointList(store, CATEGORY, keep=None, root=folder).latest(check=_whole(folder))
-    finally:
-        store.close()
+    entry = newest_whole(path, CATEGORY, folder, _whole(folder))
     if entry is None:
         return None
     return os.path.join(os.fspath(dirpath), entry["file_path"])

@@ -32,7 +32,7 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
-from .. import _atomic, _history, _names
+from .. import _atomic, _names
 from .._checkpoints import CheckpointList, sync_folders_above
 from .._errors import (
     TrainingStatusCheckpointError,
@@ -42,7 +42,7 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
-from ._temps import remove_stale_temps
+from ._common import newest_whole, remove_stale_temps
 
 __all__ = ["STATUS_FILE", "TrainStatusCheckpointCallback", "last_complete_checkpoint"]
 
@@ -197,14 +197,7 @@ def last_complete_checkpoint(save_path: str | os.PathLike[str], *, name_prefix: 
     """
     root = os.path.abspath(os.fspath(save_path))
     path = _status_path(os.fspath(save_path), status_path)
-    if not os.path.exists(path) and not _history.versions(os.path.dirname(os.path.abspath(path)),
-                                                          os.path.basename(path)):
-        return None  # a fresh run (with a history, the store puts the newest version back)
-    store = StatusStore(path, resume=True)
-    try:
-        entry = CheckpointList(store, name_prefix, keep=None, root=root).latest(check=_whole(root))
-    finally:
-        store.close()
+    entry = newest_whole(path, name_prefix, root, _whole(root))
     if entry is None:
         return None
     return os.path.join(os.fspath(save_path), entry["file_path"])

@@ -1,0 +1,45 @@
+"""What the integrations share: stale temp files, and the newest whole checkpoint a resume takes."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .. import _history
+from .._checkpoints import CheckpointList
+from .._store import StatusStore
+
+
+def remove_stale_temps(folder: str, pattern: re.Pattern[str]) -> None:
+    """Remove the files of ``folder`` whose names match ``pattern`` (temp files that never became
+    checkpoints); a folder that cannot be listed, or a file already gone, is left to the next run."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if pattern.fullmatch(name):
+            try:
+                os.remove(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+def newest_whole(status_path: str, category: str, root: str,
+                 check: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The newest entry of ``category``'s checkpoints in ``status_path`` that passes ``check``
+    (``CheckpointList.latest``, which warns naming newer ones passed over), or None.
+
+    A missing status file is a fresh run, unless its history is there: then the store puts the
+    newest kept version back (``resume=True``) and that is read.
+    """
+    if not os.path.exists(status_path) and not _history.versions(os.path.dirname(os.path.abspath(status_path)),
+                                                                 os.path.basename(status_path)):
+        return None
+    store = StatusStore(status_path, resume=True)
+    try:
+        return CheckpointList(store, category, keep=None, root=root).latest(check=check)
+    finally:
+        store.close()
