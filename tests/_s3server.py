@@ -286,6 +286,7 @@ class Bucket:
     """One bucket on an ``S3Server``, with what the tests read and write behind the store's back."""
 
     KEY = "run/run_logs/training_status.json"
+    scheme = "s3"
 
     def __init__(self, server: S3Server, name: str) -> None:
         self.server = server
@@ -316,6 +317,20 @@ class Bucket:
     def write(self, data: bytes, key: str = KEY) -> str:
         """Replace the object unconditionally (another writer, or damage); its new ETag."""
         return str(self.server.client().put_object(Bucket=self.name, Key=key, Body=data)["ETag"])
+
+    def delete(self, key: str = KEY) -> None:
+        self.server.client().delete_object(Bucket=self.name, Key=key)
+
+    def put_if(self, data: bytes, version: str | None, key: str = KEY) -> bool:
+        """boto3's own conditional PUT: True if accepted, False if refused as stale."""
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        try:
+            self.server.client().put_object(Bucket=self.name, Key=key, Body=data, **condition)
+            return True
+        except Exception as exc:
+            if getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+                return False
+            raise
 
     def keys(self) -> list[str]:
         listing = self.server.client().list_objects_v2(Bucket=self.name)

@@ -201,3 +201,43 @@ def s3(s3_server: Any) -> Any:
     from _s3server import Bucket
 
     return Bucket(s3_server, s3_server.new_bucket())
+
+
+# -- real GCS and Azure Blob servers for tests/test_object_store*.py ------------------------------
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Any:
+    """fake-gcs-server on loopback, one for the session (see tests/_objectservers.py)."""
+    from _objectservers import GCSServer
+
+    server = GCSServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def azure_server() -> Any:
+    """Azurite's blob server on loopback, one for the session (npm installs it once per checkout)."""
+    from _objectservers import AzuriteServer
+
+    server = AzuriteServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["s3", "gcs", "azure"])
+def bucket(request: pytest.FixtureRequest) -> Any:
+    """A fresh bucket (or container) on the session's server of each object store in turn."""
+    server = request.getfixturevalue(f"{request.param}_server")
+    if request.param == "s3":
+        from _s3server import Bucket
+
+        return Bucket(server, server.new_bucket())
+    return server.container(server.new_bucket())

@@ -1,5 +1,6 @@
-"""Which locations a store opens: s3:// URLs and local paths; every other ``scheme://`` is refused
-before anything is read or created (it used to become a local file under ``./gs:/...``)."""
+"""Which locations a store opens: object stores' URLs (s3://, gs://, az://...) and local paths; every
+other ``scheme://`` is refused before anything is read or created (it used to become a local file
+under ``./hdfs:/...``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,19 @@ from pathlib import Path
 import pytest
 
 from trainstatus import StatusStore, TrainingStatusValueError
-from trainstatus._location import check_location, url_scheme
+from trainstatus._location import check_location, object_store, url_scheme
 
-SUPPORTED = "trainstatus opens s3://bucket/key URLs and local paths"
+SUPPORTED = "trainstatus opens s3://, gs:// and az:// URLs and local paths"
 
 REFUSED = [
-    "gs://bucket/run/run_logs/training_status.json",
-    "az://container/run/training_status.json",
-    "abfs://container@account.dfs.core.windows.net/ts.json",
     "http://example.com/ts.json",
     "https://example.com/ts.json",
     "hdfs://namenode/ts.json",
     "s3a://bucket/ts.json",  # Hadoop's name for S3, which boto3 does not take
-    "GS://bucket/ts.json",
+    "HDFS://namenode/ts.json",
     "x+y.z-1://a/b",
-    "gs://",
+    "hdfs://",
+    "adl://store/ts.json",  # Azure Data Lake Gen1 (retired), not Blob Storage
 ]
 
 
@@ -33,8 +32,8 @@ NOT_UTF8 = os.fsdecode(b"/tmp/\xff.json")  # the str os.fsencode turns back into
 def _other_scheme_message(url: str, scheme: str) -> str:
     return (
         f"Cannot open {url!r}: {scheme}:// URLs are not supported; {SUPPORTED}. Nothing was read "
-        f"or created; copy the file to a local path or an s3:// bucket, or, for a local directory "
-        f"named '{scheme}:', write './{url}'."
+        f"or created; copy the file to a local path or to an object store trainstatus opens, or, for a "
+        f"local directory named '{scheme}:', write './{url}'."
     )
 
 
@@ -50,8 +49,8 @@ def test_an_unsupported_scheme_is_refused_naming_what_is_supported(url: str) -> 
 
 def test_a_bytes_path_is_checked_like_its_text() -> None:
     with pytest.raises(TrainingStatusValueError) as caught:
-        check_location(b"gs://bucket/ts.json")
-    assert caught.value.path == "gs://bucket/ts.json"
+        check_location(b"hdfs://namenode/ts.json")
+    assert caught.value.path == "hdfs://namenode/ts.json"
     check_location(b"runs/ts.json")
 
 
@@ -79,6 +78,11 @@ def test_a_file_url_is_refused_with_the_local_path_it_names(url: str, advice: st
 @pytest.mark.parametrize("path", [
     "s3://bucket/run/ts.json",
     "S3://bucket/run/ts.json",
+    "gs://bucket/run/ts.json",
+    "GCS://bucket/run/ts.json",
+    "az://container/run/ts.json",
+    "abfs://container@account.dfs.core.windows.net/ts.json",
+    "abfss://container/ts.json",
     "/abs/run/ts.json",
     "run/ts.json",
     "ts.json",
@@ -93,8 +97,17 @@ def test_a_file_url_is_refused_with_the_local_path_it_names(url: str, advice: st
     "g_s://bucket/ts.json",  # "_" is not allowed in a scheme
     " gs://bucket/ts.json",
 ])
-def test_local_paths_and_s3_urls_are_accepted(path: str) -> None:
+def test_local_paths_and_object_store_urls_are_accepted(path: str) -> None:
     check_location(path)
+
+
+@pytest.mark.parametrize(("url", "store"), [
+    ("s3://b/k", "s3"), ("S3://b/k", "s3"), ("gs://b/k", "gcs"), ("gcs://b/k", "gcs"), ("az://c/k", "azure"),
+    ("abfs://c/k", "azure"), ("ABFSS://c@a.dfs.core.windows.net/k", "azure"), ("s3a://b/k", None),
+    ("runs/gs://b/k", None), ("/tmp/x", None),
+])
+def test_object_store_names_the_adapter_of_a_url(url: str, store: str | None) -> None:
+    assert object_store(url) == store
 
 
 def test_url_scheme_is_the_scheme_as_written() -> None:
@@ -107,8 +120,8 @@ def test_url_scheme_is_the_scheme_as_written() -> None:
 # -- the store: refused before anything is created (the lead wires check_location into it) ----------
 
 
-@pytest.mark.parametrize("url", ["gs://bucket/run/run_logs/training_status.json", "file:///tmp/ts.json",
-                                 "az://c/ts.json", "http://example.com/ts.json"])
+@pytest.mark.parametrize("url", ["hdfs://namenode/run/run_logs/training_status.json", "file:///tmp/ts.json",
+                                 "s3a://b/ts.json", "http://example.com/ts.json"])
 @pytest.mark.parametrize("as_bytes", [False, True], ids=["str", "bytes"])
 def test_a_store_refuses_an_unsupported_scheme_and_creates_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, as_bytes: bool
@@ -127,10 +140,10 @@ def test_a_store_refuses_the_scheme_whatever_the_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, object]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    url = "gs://bucket/run/ts.json"
+    url = "hdfs://namenode/run/ts.json"
     with pytest.raises(TrainingStatusValueError) as caught:
         StatusStore(url, **options)  # type: ignore[arg-type]
-    assert str(caught.value) == _other_scheme_message(url, "gs")
+    assert str(caught.value) == _other_scheme_message(url, "hdfs")
     assert list(tmp_path.iterdir()) == []
 
 

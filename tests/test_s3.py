@@ -1,15 +1,16 @@
 """StatusStore on s3:// against a real S3-compatible server (moto's, on loopback; tests/_s3server.py).
 
-One process here; many processes, the server killed mid-run and the benchmark are in
-test_s3_processes.py. boto3 and moto are imported at the top on purpose: they are in the ``test``
-extra, so a missing one is a collection error, never a quiet skip.
+What only S3 does (boto3's options, retries and events, its error words); what every object store
+does is in test_object_store.py, which runs on this server too. Many processes, the server killed
+mid-run and the benchmark are in test_s3_processes.py and test_object_store_processes.py. boto3
+and moto are imported at the top on purpose: they are in the ``test`` extra, so a missing one is a
+collection error, never a quiet skip.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -24,18 +25,12 @@ from _helpers import same
 from _s3server import Bucket
 
 from trainstatus import (
-    STATUS_FORMAT_VERSION,
     StatusStore,
     TrainingStatusConflictError,
-    TrainingStatusCorruptError,
-    TrainingStatusCorruptWarning,
     TrainingStatusError,
-    TrainingStatusMissingWarning,
     TrainingStatusReadError,
     TrainingStatusValueError,
-    TrainingStatusVersionWarning,
     TrainingStatusWriteError,
-    __version__,
 )
 
 OPTIONS_LIST = "anon, client_kwargs, config_kwargs, endpoint_url, key, profile, region_name, secret, token"
@@ -98,104 +93,6 @@ def fill(store: StatusStore) -> None:
 
 
 # -- round trip --------------------------------------------------------------------------------------
-
-
-def test_round_trip_bytes_are_the_local_file_layout(s3: Bucket, tmp_path: Path) -> None:
-    local_path = tmp_path / "training_status.json"
-    metadata = {"torch_version": "2.5.1"}
-    with open_s3(s3, metadata=metadata) as remote, StatusStore(local_path, metadata=metadata) as local:
-        fill(remote)
-        fill(local)
-        assert remote.path == s3.url()
-    assert s3.read() == local_path.read_bytes()
-    with open_s3(s3, metadata=metadata) as again:
-        assert same(again.to_dict(), StatusStore(local_path).to_dict())
-        assert again.get("wall_height", "lesson_num") == 4
-        assert again.get("metadata", "stats_format_version") == STATUS_FORMAT_VERSION
-        assert again.get("metadata", "trainstatus_version") == __version__
-        assert again.get("metadata", "torch_version") == "2.5.1"
-
-
-def test_nan_and_infinity_round_trip_as_json_literals(s3: Bucket) -> None:
-    with open_s3(s3) as store:
-        store.set("Walker", "reward", math.nan)
-        store.set("Walker", "bounds", [math.inf, -math.inf])
-    data = s3.read()
-    assert data is not None
-    assert b'"reward": NaN' in data and b"Infinity" in data and b"-Infinity" in data
-    with open_s3(s3) as again:
-        assert math.isnan(again.get("Walker", "reward"))
-        assert again.get("Walker", "bounds") == [math.inf, -math.inf]
-
-
-def test_memory_is_the_object_after_every_call(s3: Bucket) -> None:
-    store = open_s3(s3)
-    steps: list[Callable[[], object]] = [
-        lambda: store.set("a", "x", 1),
-        lambda: store.set("b", "y", [1, 2]),
-        lambda: store.delete("a", "x"),
-        lambda: store.save(),
-        lambda: store.clear(),
-        lambda: store.set("c", "z", {"k": "v"}),
-    ]
-    for step in steps:
-        step()
-        assert_memory_is_object(store, s3)
-    assert store.delete("nothing", "here") is False
-    assert list(stored(s3)) == ["c", "metadata"]
-
-
-def test_one_request_per_uncontended_set(s3: Bucket) -> None:
-    store = open_s3(s3)
-    store.set("warm", "up", 0)  # creates the object
-    before = requests(store)
-    for i in range(5):
-        store.set("a", f"k{i}", i)
-    assert requests(store) - before == 5  # a PUT each: no HEAD, no GET before it
-    assert conflicts(store) == 0
-
-
-def test_reload_and_transaction_ask_head_and_read_only_a_changed_object(s3: Bucket) -> None:
-    store, other = open_s3(s3), open_s3(s3)
-    store.set("a", "x", 1)
-    before = requests(store)
-    store.reload()
-    assert requests(store) - before == 1  # HEAD only: unchanged
-    other.set("a", "y", 2)
-    assert store.get("a", "y") is None  # get reads memory, never the server
-    before = requests(store)
-    store.reload()
-    assert requests(store) - before == 2  # HEAD, then GET
-    assert store.get("a", "y") == 2
-    other.set("a", "z", 3)
-    before = requests(store)
-    with store.transaction():
-        assert store.get("a", "z") == 3  # read fresh at the start
-        store.set("a", "w", 4)
-    assert requests(store) - before == 3  # HEAD, GET, PUT
-    assert_memory_is_object(store, s3)
-
-
-def test_missing_object_starts_empty_and_warns_only_when_resuming(s3: Bucket) -> None:
-    assert open_s3(s3).to_dict() == {"metadata": {"stats_format_version": STATUS_FORMAT_VERSION,
-                                                  "trainstatus_version": __version__}}
-    assert s3.read() is None  # opening writes nothing
-    with pytest.warns(TrainingStatusMissingWarning) as caught:
-        open_s3(s3, resume=True)
-    assert caught[0].message.path == s3.url()  # type: ignore[union-attr]
-    assert s3.url() in str(caught[0].message)
-
-
-def test_metadata_mismatch_warns_as_for_a_file(s3: Bucket) -> None:
-    open_s3(s3, metadata={"torch_version": "1"}).save()
-    with pytest.warns(TrainingStatusVersionWarning, match="torch_version"):
-        open_s3(s3, metadata={"torch_version": "2"})
-
-
-def test_durable_false_is_accepted_and_writes_the_same(s3: Bucket) -> None:
-    with open_s3(s3, durable=False) as store:
-        store.set("a", "x", 1)
-    assert stored(s3)["a"] == {"x": 1}
 
 
 # -- options, URLs, the extra --------------------------------------------------------------------
@@ -268,8 +165,8 @@ def test_storage_options_on_a_local_path_are_refused(tmp_path: Path) -> None:
         StatusStore(path, storage_options={"key": "x"})  # type: ignore[call-arg]
     assert isinstance(caught.value, ValueError) and caught.value.path == path
     assert str(caught.value) == (
-        f"storage_options= is for s3:// URLs; {path!r} is a local path, which takes none. "
-        "Leave storage_options out, or give an s3://bucket/key URL."
+        f"storage_options= is for s3://, gs:// and az:// URLs; {path!r} is a local path, which takes none. "
+        "Leave storage_options out, or give an object store URL such as s3://bucket/key."
     )
 
 
@@ -417,19 +314,6 @@ def test_unreachable_endpoint_at_open_is_a_read_error(down: Any) -> None:
     assert str(caught.value).startswith(f"Cannot read {url}: the endpoint could not be reached (")
 
 
-def test_a_forked_child_makes_its_own_client_and_writes(s3: Bucket) -> None:
-    import multiprocessing
-
-    store = open_s3(s3)
-    store.set("parent", "before", 1)  # the parent's client exists and has a pooled connection
-    child = multiprocessing.get_context("fork").Process(target=store.set, args=("child", "k", 2))
-    child.start()
-    child.join(60)
-    assert child.exitcode == 0
-    store.set("parent", "after", 3)  # 412 (the child wrote), re-read, merged
-    assert stored(s3)["child"] == {"k": 2} and stored(s3)["parent"] == {"before": 1, "after": 3}
-
-
 # -- corrupt objects ---------------------------------------------------------------------------------
 
 DAMAGED = {
@@ -440,177 +324,7 @@ DAMAGED = {
 }
 
 
-def corrupt_copies(s3: Bucket) -> list[str]:
-    return [key for key in s3.keys() if key.startswith(f"{Bucket.KEY}.corrupt-")]
-
-
-@pytest.mark.parametrize("damage", list(DAMAGED), ids=list(DAMAGED))
-def test_corrupt_object_is_kept_aside_warned_and_store_starts_empty(s3: Bucket, damage: str) -> None:
-    data = DAMAGED[damage]
-    s3.write(data)
-    with pytest.warns(TrainingStatusCorruptWarning) as caught:
-        store = open_s3(s3)
-    warning = caught[0].message
-    assert isinstance(warning, TrainingStatusCorruptWarning)
-    [copy] = corrupt_copies(s3)
-    assert warning.moved_to == f"s3://{s3.name}/{copy}"
-    assert warning.path == s3.url()
-    assert str(warning).startswith(f"{s3.url()} was damaged (")
-    assert str(warning).endswith(
-        f"; it was kept, byte for byte, as {warning.moved_to} and the store starts empty. "
-        "Inspect that file to recover anything newer."
-    )
-    assert copy[len(f"{Bucket.KEY}.corrupt-"):].endswith("Z")  # a UTC stamp
-    assert s3.read(copy) == data
-    assert list(store.to_dict()) == ["metadata"]
-    store.set("fresh", "start", 1)
-    assert stored(s3)["fresh"] == {"start": 1}
-    assert s3.read(copy) == data  # the copy outlives the next write
-
-
-def test_corrupt_object_is_copied_and_left_for_the_next_write_to_replace(s3: Bucket) -> None:
-    # The spec: copied aside; "the object itself is replaced by the next write", by a PUT on the
-    # damaged version's ETag. Deleting it at open instead relies on DeleteObject honouring If-Match,
-    # which AWS does only since 2025-09 and S3-compatible servers may ignore: then another
-    # writer's good object, written meanwhile, would be deleted with everything in it.
-    s3.write(DAMAGED["not json"])
-    etag = s3.etag()
-    with pytest.warns(TrainingStatusCorruptWarning):
-        store = open_s3(s3)
-    assert s3.read() == DAMAGED["not json"] and s3.etag() == etag
-    store.set("fresh", "start", 1)
-    assert stored(s3)["fresh"] == {"start": 1}
-
-
-def test_corrupt_object_with_strict_raises_and_is_left_untouched(s3: Bucket) -> None:
-    s3.write(DAMAGED["not json"])
-    etag = s3.etag()
-    with pytest.raises(TrainingStatusCorruptError) as caught:
-        open_s3(s3, strict=True)
-    assert caught.value.path == s3.url()
-    assert str(caught.value).startswith(f"{s3.url()} is damaged: it is not valid JSON (")
-    assert s3.read() == DAMAGED["not json"] and s3.etag() == etag
-    assert s3.keys() == [Bucket.KEY]
-
-
-def test_a_second_damage_never_overwrites_the_first_copy(s3: Bucket) -> None:
-    s3.write(b"first damage")
-    with pytest.warns(TrainingStatusCorruptWarning) as first:
-        open_s3(s3)
-    s3.write(b"second damage")
-    with pytest.warns(TrainingStatusCorruptWarning) as second:
-        open_s3(s3)
-    first_url = first[0].message.moved_to  # type: ignore[union-attr]
-    second_url = second[0].message.moved_to  # type: ignore[union-attr]
-    assert first_url != second_url
-    prefix = f"s3://{s3.name}/"
-    assert s3.read(first_url[len(prefix):]) == b"first damage"
-    assert s3.read(second_url[len(prefix):]) == b"second damage"
-
-
-def test_damage_found_on_a_later_write_keeps_the_last_good_state(s3: Bucket) -> None:
-    store = open_s3(s3)
-    store.set("mine", "a", 1)
-    s3.write(b"garbled by someone")  # another writer's damage: our next PUT gets 412
-    with pytest.warns(TrainingStatusCorruptWarning) as caught:
-        store.set("mine", "b", 2)
-    moved = caught[0].message.moved_to  # type: ignore[union-attr]
-    assert s3.read(moved[len(f"s3://{s3.name}/"):]) == b"garbled by someone"
-    assert stored(s3)["mine"] == {"a": 1, "b": 2}
-    assert_memory_is_object(store, s3)
-
-
 # -- conflicts and transactions ----------------------------------------------------------------------
-
-
-def test_plain_sets_on_different_keys_merge_after_a_conflict(s3: Bucket) -> None:
-    a, b = open_s3(s3), open_s3(s3)
-    a.set("shared", "a", 1)
-    b.set("shared", "b", 2)  # b's first PUT (If-None-Match: *) conflicts, b re-reads, retries
-    a.set("shared", "c", 3)  # a's PUT (If-Match: stale ETag) conflicts too
-    assert stored(s3)["shared"] == {"a": 1, "b": 2, "c": 3}
-    assert conflicts(a) == 1 and conflicts(b) == 1
-    assert_memory_is_object(a, s3)
-
-
-def test_transaction_read_conflict_raises_and_writes_nothing(s3: Bucket) -> None:
-    a, b = open_s3(s3), open_s3(s3)
-    a.set("c", "n", 1)
-    b.reload()
-    with pytest.raises(TrainingStatusConflictError) as caught, a.transaction():
-        n = a.get("c", "n")
-        b.set("c", "n", 10)  # another writer, between our read and our write
-        a.set("c", "n", n + 1)
-        a.set("c", "blind", True)
-    assert isinstance(caught.value, TimeoutError)
-    assert (caught.value.path, caught.value.category, caught.value.key) == (s3.url(), "c", "n")
-    assert str(caught.value) == (
-        f"Another writer changed c/n in {s3.url()} after this transaction read it, so the "
-        "transaction was not written: its changes may rest on the old value. Run it again on the "
-        "new state (store.run_transaction(func) does that)."
-    )
-    again = pickle.loads(pickle.dumps(caught.value))  # trainers ship errors between processes
-    assert isinstance(again, TrainingStatusConflictError) and str(again) == str(caught.value)
-    assert (again.path, again.category, again.key) == (s3.url(), "c", "n")
-    assert stored(s3)["c"] == {"n": 10}
-    assert a.get("c", "blind") is None
-    assert a.get("c", "n") == 10  # memory took in the version read, without our change
-
-
-def test_transaction_reading_the_whole_document_conflicts_on_any_change(s3: Bucket) -> None:
-    a, b = open_s3(s3), open_s3(s3)
-    a.set("c", "n", 1)
-    with pytest.raises(TrainingStatusConflictError) as caught, a.transaction():
-        total = sum(len(keys) for keys in a.to_dict().values())
-        b.set("elsewhere", "x", 1)
-        a.set("c", "total", total)
-    assert caught.value.category is None and caught.value.key is None
-    assert f"Another writer changed the document in {s3.url()} after" in str(caught.value)
-    assert "total" not in stored(s3)["c"]
-
-
-def test_blind_write_transaction_merges_other_writers_keys(s3: Bucket) -> None:
-    a, b = open_s3(s3), open_s3(s3)
-    a.set("c", "read", 1)
-    with a.transaction():
-        assert a.get("c", "read") == 1  # read a key nobody else changes
-        a.set("c", "x", 1)
-        b.set("c", "y", 2)
-        b.set("other", "z", 3)
-        a.set("c", "x2", 4)
-        a.get("c", "x")  # reading our own change does not count as a read of the object
-    document = stored(s3)
-    assert document["c"] == {"read": 1, "y": 2, "x": 1, "x2": 4} and document["other"] == {"z": 3}
-    assert conflicts(a) == 1
-    assert_memory_is_object(a, s3)
-
-
-def test_failed_transaction_body_writes_nothing(s3: Bucket) -> None:
-    a = open_s3(s3)
-    a.set("c", "n", 1)
-    etag = s3.etag()
-    with pytest.raises(RuntimeError), a.transaction():
-        a.set("c", "n", 2)
-        raise RuntimeError("body failed")
-    assert s3.etag() == etag and a.get("c", "n") == 1
-
-
-def test_run_transaction_reruns_the_function_on_a_read_conflict(s3: Bucket) -> None:
-    a, b = open_s3(s3), open_s3(s3)
-    seen: list[int] = []
-
-    def bump(store: StatusStore) -> int:
-        n: int = store.get("c", "n", 0)
-        seen.append(n)
-        if len(seen) == 1:
-            b.set("c", "n", 10)
-        store.set("c", "n", n + 1)
-        return n + 1
-
-    assert a.run_transaction(bump) == 11  # type: ignore[attr-defined]
-    assert seen == [0, 10]
-    assert stored(s3)["c"] == {"n": 11}
-    assert_memory_is_object(a, s3)
 
 
 def test_run_transaction_runs_once_on_a_local_file(tmp_path: Path) -> None:
@@ -756,25 +470,6 @@ def test_what_delete_returned_inside_a_transaction_is_a_read(s3: Bucket) -> None
     assert claimed_by_rival == [True]
     assert stored(s3)["slot"] == {"owner": "rival"}
     assert store.delete("other", "absent") is False  # a plain delete outside a transaction still works
-
-
-def test_an_interrupted_read_is_forgotten_so_the_next_write_reads_again(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._store
-
-    store, rival = open_s3(s3), open_s3(s3)
-    store.set("c", "ours", 1)
-    rival.set("c", "rival", 1)  # acknowledged to the rival
-    real = trainstatus._store.load_document
-
-    def interrupted(data: bytes) -> Any:
-        monkeypatch.setattr(trainstatus._store, "load_document", real)
-        raise KeyboardInterrupt  # Ctrl-C while the document read is parsed
-
-    monkeypatch.setattr(trainstatus._store, "load_document", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        store.reload()
-    store.set("c", "ours", 2)
-    assert stored(s3)["c"] == {"ours": 2, "rival": 1}
 
 
 def test_a_transaction_that_read_from_an_object_deleted_meanwhile_is_stale(s3: Bucket) -> None:

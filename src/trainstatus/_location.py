@@ -1,7 +1,8 @@
 """Where a status document may live: the URL schemes trainstatus knows, and the refusal of others.
 
 A path is a URL when it starts with an RFC 3986 scheme followed by ``://`` (``gs://``, ``file://``,
-``HTTP://``). Only ``s3://`` is opened as one; any other would be taken for a local path and
+``HTTP://``). Only an object store's (``s3://``; ``gs://``, ``gcs://``; ``az://``, ``abfs://``,
+``abfss://``, as fsspec spells them) is opened as one; any other would be taken for a local path and
 written under the current directory (``./gs:/bucket/...``), so it is refused before anything is
 read or created. ``://`` further down a path (``runs/a://b``) does not make it a URL, nor does a
 scheme-like start without ``//`` (``C:/x``, ``note:1``): only the start of a path names a scheme.
@@ -17,14 +18,23 @@ import re
 
 from ._errors import TrainingStatusValueError
 
-__all__ = ["SUPPORTED", "check_location", "file_url_advice", "is_s3_url", "url_scheme"]
+__all__ = ["SUPPORTED", "check_location", "file_url_advice", "is_s3_url", "object_store", "url_scheme"]
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
-SUPPORTED = "s3://bucket/key URLs and local paths"
+SUPPORTED = "s3://, gs:// and az:// URLs and local paths"
+
+# scheme -> the object store it names (the module of its adapter: _s3, _gcs, _azure)
+_OBJECT_STORES = {"s3": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
 
 
 def is_s3_url(location: str) -> bool:
     return location[:5].lower() == "s3://"
+
+
+def object_store(location: str) -> str | None:
+    """``"s3"``, ``"gcs"`` or ``"azure"`` for a URL of that object store, else None."""
+    scheme = url_scheme(location)
+    return None if scheme is None else _OBJECT_STORES.get(scheme.lower())
 
 
 def url_scheme(path: str) -> str | None:
@@ -51,20 +61,20 @@ def file_url_advice(url: str) -> str:
 
 
 def check_location(path: str | bytes) -> None:
-    """Refuse a ``scheme://`` URL trainstatus cannot open; accept ``s3://`` and local paths.
+    """Refuse a ``scheme://`` URL trainstatus cannot open; accept object stores' and local paths.
 
     Raises ``TrainingStatusValueError`` (``path`` set) naming the scheme, what is supported and
     what to do. Nothing is read or created, so it can run before anything else touches ``path``.
     """
     text = os.fsdecode(path) if isinstance(path, bytes) else path
     scheme = url_scheme(text)
-    if scheme is None or scheme.lower() == "s3":
+    if scheme is None or scheme.lower() in _OBJECT_STORES:
         return
     if scheme.lower() == "file":
         advice = file_url_advice(text)
     else:
         advice = (
-            f"copy the file to a local path or an s3:// bucket, or, for a local directory named "
+            f"copy the file to a local path or to an object store trainstatus opens, or, for a local directory named "
             f"'{scheme}:', write './{text}'"
         )
     raise TrainingStatusValueError(

@@ -60,7 +60,7 @@ from ._errors import (
 )
 from ._location import check_location
 from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
-from ._s3 import S3Object, is_s3_url
+from ._backends import object_store_url, open_object_store
 from ._storage import Conflict, LocalFile, Storage
 from ._version import __version__
 
@@ -378,25 +378,26 @@ class StatusStore:
                 f"not {lock!r}, for {given}.",
                 path=given,
             )
-        if lock != "flock" and isinstance(given, str) and is_s3_url(given):
+        described = object_store_url(given)
+        if lock != "flock" and described is not None:
             raise TrainingStatusValueError(
-                f"lock={lock!r} is for local paths; {given!r} is an s3:// object, which takes no lock "
+                f"lock={lock!r} is for local paths; {given!r} is {described}, which takes no lock "
                 "(writes are conditional). Leave lock= out.",
                 path=given,
             )
         storage: Storage
-        if isinstance(given, str) and is_s3_url(given):
+        if described is not None:
             if history:
                 raise TrainingStatusValueError(
-                    f"history={history} is kept for local files only; {given!r} is an s3:// object. "
+                    f"history={history} is kept for local files only; {given!r} is {described}. "
                     "Turn on versioning in the bucket to keep earlier versions, and leave history= out.",
                     path=given,
                 )
-            storage = S3Object(given, storage_options)
+            storage = open_object_store(given, storage_options)
         elif storage_options is not None:
             raise TrainingStatusValueError(
-                f"storage_options= is for s3:// URLs; {given!r} is a local path, which takes none. "
-                "Leave storage_options out, or give an s3://bucket/key URL.",
+                f"storage_options= is for s3://, gs:// and az:// URLs; {given!r} is a local path, which takes "
+                "none. Leave storage_options out, or give an object store URL such as s3://bucket/key.",
                 path=given,
             )
         else:

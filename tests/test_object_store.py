@@ -1,0 +1,402 @@
+"""StatusStore on every object store (S3, GCS, Azure Blob) against real servers on loopback.
+
+The ``bucket`` fixture (tests/conftest.py) runs each test on moto's S3 server (tests/_s3server.py),
+fake-gcs-server and Azurite (tests/_objectservers.py) in turn, each started once per session: the
+conditional-write protocol (``trainstatus._object_store``) is one, so its tests are too. What only
+one backend does (boto3's retries and events, a credentials file, an SDK's error words) is in
+test_s3.py, test_gcs.py and test_azure.py; many processes and a server killed mid-run in
+test_object_store_processes.py. The SDKs are imported at the top on purpose: they are in the
+``test`` extra, so a missing one is a collection error, never a quiet skip.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import azure.storage.blob  # noqa: F401 - see the module doc
+import boto3  # noqa: F401
+import google.cloud.storage  # noqa: F401
+import pytest
+from _helpers import same
+
+from trainstatus import (
+    STATUS_FORMAT_VERSION,
+    StatusStore,
+    TrainingStatusConflictError,
+    TrainingStatusCorruptError,
+    TrainingStatusCorruptWarning,
+    TrainingStatusMissingWarning,
+    TrainingStatusVersionWarning,
+    __version__,
+)
+
+KEY = "run/run_logs/training_status.json"
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def open_at(bucket: Any, key: str = KEY, **options: Any) -> StatusStore:
+    return StatusStore(bucket.url(key), storage_options=bucket.storage_options, **options)  # type: ignore[call-arg]
+
+
+def stored(bucket: Any, key: str = KEY) -> dict[str, Any]:
+    """The object as another reader parses it (Python's json: NaN literals allowed)."""
+    data = bucket.read(key)
+    assert data is not None, f"no object at {key}"
+    return json.loads(data)  # type: ignore[no-any-return]
+
+
+def assert_memory_is_object(store: StatusStore, bucket: Any) -> None:
+    assert same(store.to_dict(), stored(bucket))
+
+
+def requests(store: StatusStore) -> int:
+    return store._storage.requests  # type: ignore[attr-defined, no-any-return]
+
+
+def conflicts(store: StatusStore) -> int:
+    return store._storage.conflicts  # type: ignore[attr-defined, no-any-return]
+
+
+def fill(store: StatusStore) -> None:
+    """The same changes, on any store: categories, a NaN, infinities, a delete, nesting."""
+    store.set("wall_height", "lesson_num", 3)
+    store.set("SoccerTwos?team=0", "elo", 1234.5)
+    store.set("Walker", "checkpoints", [{"steps": 500_000, "reward": math.nan, "file_path": "Walker-500000.onnx"}])
+    store.set("Walker", "final_checkpoint", None)
+    store.set("extremes", "inf", [math.inf, -math.inf, 2**64 - 1, -(2**63)])
+    store.set("extremes", "unicode", "größe ✓")
+    store.set("gone", "soon", 1)
+    assert store.delete("gone", "soon") is True
+    with store.transaction():
+        store.set("wall_height", "lesson_num", 4)
+        store.set("Walker", "lesson", {"nested": {"deep": [1, 2.5, "x", True]}})
+
+
+DAMAGED = {
+    "not json": b'{"Walker": {"lesson": 3',
+    "top level a list": b"[1, 2, 3]\n",
+    "category not an object": b'{"Walker": 7, "metadata": {"stats_format_version": "0.3.0"}}',
+    "empty": b"",
+}
+
+
+# -- first: the server really refuses a stale condition, so a pass below means something ------------
+
+
+def test_the_server_refuses_a_stale_condition(bucket: Any) -> None:
+    assert bucket.put_if(b"first", None)
+    first = bucket.etag()
+    assert not bucket.put_if(b"second create", None)  # create-only over an existing object
+    assert bucket.put_if(b"second", first)
+    assert not bucket.put_if(b"stale", first)  # conditional on a version no longer there
+    assert bucket.read() == b"second"
+
+
+# -- round trip --------------------------------------------------------------------------------------
+
+
+def test_round_trip_bytes_are_the_local_file_layout(bucket: Any, tmp_path: Path) -> None:
+    local_path = tmp_path / "training_status.json"
+    metadata = {"torch_version": "2.5.1"}
+    with open_at(bucket, metadata=metadata) as remote, StatusStore(local_path, metadata=metadata) as local:
+        fill(remote)
+        fill(local)
+        assert remote.path == bucket.url()
+    assert bucket.read() == local_path.read_bytes()
+    with open_at(bucket, metadata=metadata) as again:
+        assert same(again.to_dict(), StatusStore(local_path).to_dict())
+        assert again.get("wall_height", "lesson_num") == 4
+        assert again.get("metadata", "stats_format_version") == STATUS_FORMAT_VERSION
+        assert again.get("metadata", "trainstatus_version") == __version__
+        assert again.get("metadata", "torch_version") == "2.5.1"
+
+
+def test_nan_and_infinity_round_trip_as_json_literals(bucket: Any) -> None:
+    with open_at(bucket) as store:
+        store.set("Walker", "reward", math.nan)
+        store.set("Walker", "bounds", [math.inf, -math.inf])
+    data = bucket.read()
+    assert data is not None
+    assert b'"reward": NaN' in data and b"Infinity" in data and b"-Infinity" in data
+    with open_at(bucket) as again:
+        assert math.isnan(again.get("Walker", "reward"))
+        assert again.get("Walker", "bounds") == [math.inf, -math.inf]
+
+
+def test_memory_is_the_object_after_every_call(bucket: Any) -> None:
+    store = open_at(bucket)
+    steps: list[Callable[[], object]] = [
+        lambda: store.set("a", "x", 1),
+        lambda: store.set("b", "y", [1, 2]),
+        lambda: store.delete("a", "x"),
+        lambda: store.save(),
+        lambda: store.clear(),
+        lambda: store.set("c", "z", {"k": "v"}),
+    ]
+    for step in steps:
+        step()
+        assert_memory_is_object(store, bucket)
+    assert store.delete("nothing", "here") is False
+    assert list(stored(bucket)) == ["c", "metadata"]
+
+
+def test_one_request_per_uncontended_set(bucket: Any) -> None:
+    store = open_at(bucket)
+    store.set("warm", "up", 0)  # creates the object
+    before = requests(store)
+    for i in range(5):
+        store.set("a", f"k{i}", i)
+    assert requests(store) - before == 5  # a PUT each: no HEAD, no GET before it
+    assert conflicts(store) == 0
+
+
+def test_reload_and_transaction_ask_head_and_read_only_a_changed_object(bucket: Any) -> None:
+    store, other = open_at(bucket), open_at(bucket)
+    store.set("a", "x", 1)
+    before = requests(store)
+    store.reload()
+    assert requests(store) - before == 1  # HEAD only: unchanged
+    other.set("a", "y", 2)
+    assert store.get("a", "y") is None  # get reads memory, never the server
+    before = requests(store)
+    store.reload()
+    assert requests(store) - before == 2  # HEAD, then GET
+    assert store.get("a", "y") == 2
+    other.set("a", "z", 3)
+    before = requests(store)
+    with store.transaction():
+        assert store.get("a", "z") == 3  # read fresh at the start
+        store.set("a", "w", 4)
+    assert requests(store) - before == 3  # HEAD, GET, PUT
+    assert_memory_is_object(store, bucket)
+
+
+def test_missing_object_starts_empty_and_warns_only_when_resuming(bucket: Any) -> None:
+    assert open_at(bucket).to_dict() == {"metadata": {"stats_format_version": STATUS_FORMAT_VERSION,
+                                                  "trainstatus_version": __version__}}
+    assert bucket.read() is None  # opening writes nothing
+    with pytest.warns(TrainingStatusMissingWarning) as caught:
+        open_at(bucket, resume=True)
+    assert caught[0].message.path == bucket.url()  # type: ignore[union-attr]
+    assert bucket.url() in str(caught[0].message)
+
+
+def test_metadata_mismatch_warns_as_for_a_file(bucket: Any) -> None:
+    open_at(bucket, metadata={"torch_version": "1"}).save()
+    with pytest.warns(TrainingStatusVersionWarning, match="torch_version"):
+        open_at(bucket, metadata={"torch_version": "2"})
+
+
+def test_durable_false_is_accepted_and_writes_the_same(bucket: Any) -> None:
+    with open_at(bucket, durable=False) as store:
+        store.set("a", "x", 1)
+    assert stored(bucket)["a"] == {"x": 1}
+
+
+def test_a_forked_child_makes_its_own_client_and_writes(bucket: Any) -> None:
+    import multiprocessing
+
+    store = open_at(bucket)
+    store.set("parent", "before", 1)  # the parent's client exists and has a pooled connection
+    child = multiprocessing.get_context("fork").Process(target=store.set, args=("child", "k", 2))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    store.set("parent", "after", 3)  # 412 (the child wrote), re-read, merged
+    assert stored(bucket)["child"] == {"k": 2} and stored(bucket)["parent"] == {"before": 1, "after": 3}
+
+
+def corrupt_copies(bucket: Any) -> list[str]:
+    return [key for key in bucket.keys() if key.startswith(f"{KEY}.corrupt-")]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED), ids=list(DAMAGED))
+def test_corrupt_object_is_kept_aside_warned_and_store_starts_empty(bucket: Any, damage: str) -> None:
+    data = DAMAGED[damage]
+    bucket.write(data)
+    with pytest.warns(TrainingStatusCorruptWarning) as caught:
+        store = open_at(bucket)
+    warning = caught[0].message
+    assert isinstance(warning, TrainingStatusCorruptWarning)
+    [copy] = corrupt_copies(bucket)
+    assert warning.moved_to == f"{bucket.scheme}://{bucket.name}/{copy}"
+    assert warning.path == bucket.url()
+    assert str(warning).startswith(f"{bucket.url()} was damaged (")
+    assert str(warning).endswith(
+        f"; it was kept, byte for byte, as {warning.moved_to} and the store starts empty. "
+        "Inspect that file to recover anything newer."
+    )
+    assert copy[len(f"{KEY}.corrupt-"):].endswith("Z")  # a UTC stamp
+    assert bucket.read(copy) == data
+    assert list(store.to_dict()) == ["metadata"]
+    store.set("fresh", "start", 1)
+    assert stored(bucket)["fresh"] == {"start": 1}
+    assert bucket.read(copy) == data  # the copy outlives the next write
+
+
+def test_corrupt_object_is_copied_and_left_for_the_next_write_to_replace(bucket: Any) -> None:
+    # The spec: copied aside; "the object itself is replaced by the next write", by a PUT on the
+    # damaged version's ETag. Deleting it at open instead relies on DeleteObject honouring If-Match,
+    # which AWS does only since 2025-09 and S3-compatible servers may ignore: then another
+    # writer's good object, written meanwhile, would be deleted with everything in it.
+    bucket.write(DAMAGED["not json"])
+    etag = bucket.etag()
+    with pytest.warns(TrainingStatusCorruptWarning):
+        store = open_at(bucket)
+    assert bucket.read() == DAMAGED["not json"] and bucket.etag() == etag
+    store.set("fresh", "start", 1)
+    assert stored(bucket)["fresh"] == {"start": 1}
+
+
+def test_corrupt_object_with_strict_raises_and_is_left_untouched(bucket: Any) -> None:
+    bucket.write(DAMAGED["not json"])
+    etag = bucket.etag()
+    with pytest.raises(TrainingStatusCorruptError) as caught:
+        open_at(bucket, strict=True)
+    assert caught.value.path == bucket.url()
+    assert str(caught.value).startswith(f"{bucket.url()} is damaged: it is not valid JSON (")
+    assert bucket.read() == DAMAGED["not json"] and bucket.etag() == etag
+    assert bucket.keys() == [KEY]
+
+
+def test_a_second_damage_never_overwrites_the_first_copy(bucket: Any) -> None:
+    bucket.write(b"first damage")
+    with pytest.warns(TrainingStatusCorruptWarning) as first:
+        open_at(bucket)
+    bucket.write(b"second damage")
+    with pytest.warns(TrainingStatusCorruptWarning) as second:
+        open_at(bucket)
+    first_url = first[0].message.moved_to  # type: ignore[union-attr]
+    second_url = second[0].message.moved_to  # type: ignore[union-attr]
+    assert first_url != second_url
+    prefix = f"{bucket.scheme}://{bucket.name}/"
+    assert bucket.read(first_url[len(prefix):]) == b"first damage"
+    assert bucket.read(second_url[len(prefix):]) == b"second damage"
+
+
+def test_damage_found_on_a_later_write_keeps_the_last_good_state(bucket: Any) -> None:
+    store = open_at(bucket)
+    store.set("mine", "a", 1)
+    bucket.write(b"garbled by someone")  # another writer's damage: our next PUT gets 412
+    with pytest.warns(TrainingStatusCorruptWarning) as caught:
+        store.set("mine", "b", 2)
+    moved = caught[0].message.moved_to  # type: ignore[union-attr]
+    assert bucket.read(moved[len(f"{bucket.scheme}://{bucket.name}/"):]) == b"garbled by someone"
+    assert stored(bucket)["mine"] == {"a": 1, "b": 2}
+    assert_memory_is_object(store, bucket)
+
+
+def test_plain_sets_on_different_keys_merge_after_a_conflict(bucket: Any) -> None:
+    a, b = open_at(bucket), open_at(bucket)
+    a.set("shared", "a", 1)
+    b.set("shared", "b", 2)  # b's first PUT (If-None-Match: *) conflicts, b re-reads, retries
+    a.set("shared", "c", 3)  # a's PUT (If-Match: stale ETag) conflicts too
+    assert stored(bucket)["shared"] == {"a": 1, "b": 2, "c": 3}
+    assert conflicts(a) == 1 and conflicts(b) == 1
+    assert_memory_is_object(a, bucket)
+
+
+def test_transaction_read_conflict_raises_and_writes_nothing(bucket: Any) -> None:
+    a, b = open_at(bucket), open_at(bucket)
+    a.set("c", "n", 1)
+    b.reload()
+    with pytest.raises(TrainingStatusConflictError) as caught, a.transaction():
+        n = a.get("c", "n")
+        b.set("c", "n", 10)  # another writer, between our read and our write
+        a.set("c", "n", n + 1)
+        a.set("c", "blind", True)
+    assert isinstance(caught.value, TimeoutError)
+    assert (caught.value.path, caught.value.category, caught.value.key) == (bucket.url(), "c", "n")
+    assert str(caught.value) == (
+        f"Another writer changed c/n in {bucket.url()} after this transaction read it, so the "
+        "transaction was not written: its changes may rest on the old value. Run it again on the "
+        "new state (store.run_transaction(func) does that)."
+    )
+    again = pickle.loads(pickle.dumps(caught.value))  # trainers ship errors between processes
+    assert isinstance(again, TrainingStatusConflictError) and str(again) == str(caught.value)
+    assert (again.path, again.category, again.key) == (bucket.url(), "c", "n")
+    assert stored(bucket)["c"] == {"n": 10}
+    assert a.get("c", "blind") is None
+    assert a.get("c", "n") == 10  # memory took in the version read, without our change
+
+
+def test_transaction_reading_the_whole_document_conflicts_on_any_change(bucket: Any) -> None:
+    a, b = open_at(bucket), open_at(bucket)
+    a.set("c", "n", 1)
+    with pytest.raises(TrainingStatusConflictError) as caught, a.transaction():
+        total = sum(len(keys) for keys in a.to_dict().values())
+        b.set("elsewhere", "x", 1)
+        a.set("c", "total", total)
+    assert caught.value.category is None and caught.value.key is None
+    assert f"Another writer changed the document in {bucket.url()} after" in str(caught.value)
+    assert "total" not in stored(bucket)["c"]
+
+
+def test_blind_write_transaction_merges_other_writers_keys(bucket: Any) -> None:
+    a, b = open_at(bucket), open_at(bucket)
+    a.set("c", "read", 1)
+    with a.transaction():
+        assert a.get("c", "read") == 1  # read a key nobody else changes
+        a.set("c", "x", 1)
+        b.set("c", "y", 2)
+        b.set("other", "z", 3)
+        a.set("c", "x2", 4)
+        a.get("c", "x")  # reading our own change does not count as a read of the object
+    document = stored(bucket)
+    assert document["c"] == {"read": 1, "y": 2, "x": 1, "x2": 4} and document["other"] == {"z": 3}
+    assert conflicts(a) == 1
+    assert_memory_is_object(a, bucket)
+
+
+def test_failed_transaction_body_writes_nothing(bucket: Any) -> None:
+    a = open_at(bucket)
+    a.set("c", "n", 1)
+    etag = bucket.etag()
+    with pytest.raises(RuntimeError), a.transaction():
+        a.set("c", "n", 2)
+        raise RuntimeError("body failed")
+    assert bucket.etag() == etag and a.get("c", "n") == 1
+
+
+def test_run_transaction_reruns_the_function_on_a_read_conflict(bucket: Any) -> None:
+    a, b = open_at(bucket), open_at(bucket)
+    seen: list[int] = []
+
+    def bump(store: StatusStore) -> int:
+        n: int = store.get("c", "n", 0)
+        seen.append(n)
+        if len(seen) == 1:
+            b.set("c", "n", 10)
+        store.set("c", "n", n + 1)
+        return n + 1
+
+    assert a.run_transaction(bump) == 11  # type: ignore[attr-defined]
+    assert seen == [0, 10]
+    assert stored(bucket)["c"] == {"n": 11}
+    assert_memory_is_object(a, bucket)
+
+
+def test_an_interrupted_read_is_forgotten_so_the_next_write_reads_again(bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainstatus._store
+
+    store, rival = open_at(bucket), open_at(bucket)
+    store.set("c", "ours", 1)
+    rival.set("c", "rival", 1)  # acknowledged to the rival
+    real = trainstatus._store.load_document
+
+    def interrupted(data: bytes) -> Any:
+        monkeypatch.setattr(trainstatus._store, "load_document", real)
+        raise KeyboardInterrupt  # Ctrl-C while the document read is parsed
+
+    monkeypatch.setattr(trainstatus._store, "load_document", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.reload()
+    store.set("c", "ours", 2)
+    assert stored(bucket)["c"] == {"ours": 2, "rival": 1}
