@@ -22,6 +22,7 @@ tests use (``endpoint_url``, ``storage_options``, ``new_bucket()``, ``kill()``, 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import json
@@ -29,9 +30,11 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -255,6 +258,94 @@ class AzuriteServer(_Server):
 
     def container(self, name: str) -> Container:
         return AzureContainer(self, name)
+
+
+class OutageProxy:
+    """A TCP forwarder on loopback in front of a server: ``kill()`` makes the endpoint vanish for
+    its clients (listener closed, every connection reset, requests in flight cut), ``start()``
+    brings it back on the same port, while the server behind keeps running.
+
+    For Azurite, whose metadata store (LokiJS) is saved every few seconds: a SIGKILL loses the
+    last writes it acknowledged, and its SIGTERM waits for idle keep-alive connections (minutes).
+    What a client of a killed server sees is the same either way; Azurite's own durability is
+    not what the tests test. Has the interface of a server (``storage_options``, ``container()``,
+    ``new_bucket()``, ``kill()``, ``start()``, ``close()``).
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.scheme = server.scheme
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        options = dict(self.server.storage_options)
+        options["connection_string"] = options["connection_string"].replace(
+            self.server.endpoint_url, self.endpoint_url)
+        return options
+
+    def new_bucket(self, prefix: str = "ts") -> str:
+        return str(self.server.new_bucket(prefix))
+
+    def container(self, name: str) -> Container:
+        return self.server.container(name)  # type: ignore[no-any-return]
+
+    def start(self) -> OutageProxy:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((HOST, self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by kill()
+            try:
+                upstream = socket.create_connection((HOST, self.server.port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, target):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def kill(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            # A reset, not a graceful close: as when the server process dies.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+
+    def close(self) -> None:
+        self.kill()
 
 
 class Container:

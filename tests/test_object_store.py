@@ -31,7 +31,9 @@ from trainstatus import (
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,
     TrainingStatusMissingWarning,
+    TrainingStatusReadError,
     TrainingStatusVersionWarning,
+    TrainingStatusWriteError,
     __version__,
 )
 
@@ -400,3 +402,81 @@ def test_an_interrupted_read_is_forgotten_so_the_next_write_reads_again(bucket: 
         store.reload()
     store.set("c", "ours", 2)
     assert stored(bucket)["c"] == {"ours": 2, "rival": 1}
+
+
+# -- a missing bucket, an unreachable endpoint -------------------------------------------------------
+
+CREATE_ADVICE = {
+    "s3": "the bucket '{name}' does not exist. {outcome}; create it (aws s3 mb s3://{name}) or fix the URL.",
+    "gs": "the bucket '{name}' does not exist. {outcome}; create it (gcloud storage buckets create gs://{name}) or fix the URL.",
+    "az": "the container '{name}' does not exist. {outcome}; create it (az storage container create --name {name}) or fix the URL.",
+}
+
+
+def test_a_missing_bucket_is_an_error_naming_it_and_how_to_create_it(bucket: Any) -> None:
+    missing = type(bucket)(bucket.server, "no-such-bucket-here")
+    url = missing.url()
+    if bucket.scheme == "gs":
+        # A GCS read answers the same 404 for a missing object as for a missing bucket: the store
+        # opens empty, and the first write (whose 404 can only be the bucket's) says so.
+        store = open_at(missing)
+        with pytest.raises(TrainingStatusWriteError) as caught:
+            store.set("a", "x", 1)
+        outcome, start = "Nothing was written and the store kept its state as before this call", f"Could not save {url}: "
+        assert store.get("a", "x") is None
+    else:
+        with pytest.raises(TrainingStatusReadError) as caught:  # type: ignore[assignment]
+            open_at(missing)
+        outcome, start = "Nothing was changed", f"Cannot read {url}: "
+    assert isinstance(caught.value, OSError) and caught.value.path == url
+    assert str(caught.value) == start + CREATE_ADVICE[bucket.scheme].format(name="no-such-bucket-here", outcome=outcome)
+
+
+def dead_endpoint(scheme: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """storage_options naming a loopback port nobody listens on, the SDK's retries cut short."""
+    from _objectservers import AZURE_ACCOUNT, AZURE_KEY, free_port
+
+    from trainstatus import _azure, _gcs
+
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setattr(_gcs, "_READ_RETRY_S", 0.2)
+    monkeypatch.setattr(_azure, "_READ_RETRIES", 0)
+    if scheme == "gs":
+        return {"endpoint_url": endpoint, "token": "anon"}
+    return {"connection_string": f"DefaultEndpointsProtocol=http;AccountName={AZURE_ACCOUNT};AccountKey={AZURE_KEY};"
+                                 f"BlobEndpoint={endpoint}/{AZURE_ACCOUNT};"}
+
+
+@pytest.mark.parametrize("scheme", ["gs", "az"])
+def test_an_unreachable_endpoint_at_open_is_a_read_error(scheme: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"{scheme}://bucket/run/status.json"
+    with pytest.raises(TrainingStatusReadError) as caught:
+        StatusStore(url, storage_options=dead_endpoint(scheme, monkeypatch))  # type: ignore[call-arg]
+    message = str(caught.value)
+    assert message.startswith(f"Cannot read {url}: the endpoint could not be reached (")
+    assert message.endswith("Nothing was changed; check the network and endpoint_url, then try again.")
+
+
+@pytest.mark.parametrize("server_class", ["GCSServer", pytest.param("AzuriteServer", marks=pytest.mark.long)])
+def test_writes_while_the_server_is_gone_fail_clearly_and_keep_memory(server_class: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import _objectservers
+
+    from trainstatus import _azure, _gcs
+
+    monkeypatch.setattr(_gcs, "_READ_RETRY_S", 0.2)
+    monkeypatch.setattr(_azure, "_READ_RETRIES", 0)
+    with getattr(_objectservers, server_class)() as server:
+        container = server.container(server.new_bucket())
+        store = open_at(container)
+        store.set("a", "x", 1)
+        server.kill()
+        # The upload fails: it may or may not have landed, so the store forgets the version and
+        # its next write reads first, which fails too while the server is down.
+        for attempt, expected in enumerate([TrainingStatusWriteError, TrainingStatusReadError]):
+            with pytest.raises(expected) as caught:
+                store.set("a", "y", 2)
+            assert str(caught.value).startswith(
+                f"{'Could not save' if attempt == 0 else 'Cannot read'} {container.url()}: the endpoint could not be reached (")
+            assert store.to_dict()["a"] == {"x": 1}
+

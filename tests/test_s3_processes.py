@@ -1,4 +1,7 @@
-"""Many writers on one s3:// object, a server that dies mid-run, and the S3 benchmark's smoke test.
+"""S3 only: a 412 storm, threads, one store through an outage, an emptied server, the benchmark.
+
+What every object store must pass (4 processes, a counter, a server killed mid-run) runs on S3 too,
+in test_object_store_processes.py.
 
 Real processes (spawn) and threads against moto's server on loopback (tests/_s3server.py, which
 serializes requests so that conditional PUTs are atomic as on S3). Nothing here measures time.
@@ -6,12 +9,9 @@ serializes requests so that conditional PUTs are atomic as on S3). Nothing here 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import multiprocessing
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,20 +20,13 @@ import boto3  # noqa: F401 - in the test extra: missing must fail, not skip
 import moto  # noqa: F401
 import pytest
 from _helpers import run_threads
+from _processes import assert_nothing_lost, run_workers
 from _s3server import Bucket, S3Server
-from _workers import (
-    COUNTER,
-    expected_own,
-    own_category,
-    s3_counting_worker,
-    s3_outage_worker,
-)
+from _workers import own_category, s3_counting_worker
 
 from trainstatus import StatusStore, TrainingStatusWriteError
 
 ROOT = Path(__file__).resolve().parent.parent
-SPAWN = multiprocessing.get_context("spawn")
-TIMEOUT = 120
 # Fail fast while the server is down: one attempt per request (the default is botocore's 3).
 FAST_FAIL = {"retries": {"total_max_attempts": 1}, "connect_timeout": 2, "read_timeout": 10}
 
@@ -45,56 +38,6 @@ def stored(s3: Bucket) -> dict[str, Any]:
     data = s3.read()
     assert data is not None
     return json.loads(data)  # type: ignore[no-any-return]
-
-
-@contextlib.contextmanager
-def started(processes: list[Any], results: Any) -> Iterator[list[Any]]:
-    """Start ``processes``; on leaving the block, put one report of each (from ``results``) into
-    the list yielded, sorted, and join them; kill any still alive. A child that reported an error
-    (or hung) fails the test, with the child's traceback."""
-    reports: list[Any] = []
-    for process in processes:
-        process.start()
-    try:
-        yield reports
-        reports.extend(results.get(timeout=TIMEOUT) for _ in processes)
-        for process in processes:
-            process.join(TIMEOUT)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
-    errors = [r[1] for r in reports if r[0] == "error"]
-    assert not errors, errors[0]
-    reports.sort()
-
-
-def run_workers(target: Any, args_for: Any, workers: int) -> list[Any]:
-    """Run ``workers`` spawned processes on ``target(*args_for(w), start, results)`` at once;
-    their reports, sorted by worker."""
-    start, results = SPAWN.Event(), SPAWN.Queue()
-    processes = [SPAWN.Process(target=target, args=(*args_for(w), start, results)) for w in range(workers)]
-    with started(processes, results) as reports:
-        start.set()
-    assert [p.exitcode for p in processes] == [0] * workers
-    return reports
-
-
-def assert_nothing_lost(document: dict[str, Any], workers: int, sets: int) -> None:
-    for w in range(workers):
-        assert document[own_category(w)] == expected_own(w, sets), f"worker {w} lost sets"
-
-
-def test_processes_write_own_keys_and_count_with_run_transaction(s3: Bucket, reliability: Any) -> None:
-    workers, sets = 4, 12
-    reports = run_workers(s3_counting_worker, lambda w: (s3.url(), s3.storage_options, w, sets, True), workers)
-    document = stored(s3)
-    assert_nothing_lost(document, workers, sets)
-    assert document[COUNTER[0]] == {COUNTER[1]: workers * sets}  # exact: no increment lost or doubled
-    assert all(requests > 0 for _, _, requests in reports)
-    reliability.add("concurrent_writers", workers, source="test_s3_processes")
-    reliability.add("concurrent_sets", 2 * workers * sets, source="test_s3_processes")
 
 
 def test_412_storm_on_one_object_loses_nothing(s3: Bucket, reliability: Any) -> None:
@@ -135,49 +78,6 @@ def own_server() -> Iterator[S3Server]:
     """A server of this test's own, which it may kill; it keeps objects across restarts like S3."""
     with S3Server(persistent=True) as server:
         yield server
-
-
-def test_server_killed_mid_run_then_restarted_loses_nothing_acknowledged(own_server: S3Server) -> None:
-    workers, after = 3, 5
-    bucket = Bucket(own_server, own_server.new_bucket())
-    options = {**own_server.storage_options, "config_kwargs": FAST_FAIL}
-    acknowledged, failures = SPAWN.Array("i", workers), SPAWN.Array("i", workers)
-    start, restarted, results = SPAWN.Barrier(workers + 1), SPAWN.Event(), SPAWN.Queue()
-    processes = [SPAWN.Process(target=s3_outage_worker,
-                               args=(bucket.url(), options, w, after, start, restarted, acknowledged, failures, results))
-                 for w in range(workers)]
-    with started(processes, results) as reports:
-        start.wait(TIMEOUT)
-        wait_until(lambda: min(acknowledged) >= 3, "every writer had sets acknowledged", processes, results)
-        own_server.kill()
-        wait_until(lambda: min(failures) >= 1, "every writer saw the server gone", processes, results)
-        own_server.start()  # same port, same objects
-        restarted.set()
-    document = stored(bucket)
-    for worker, done, failed, message in reports:
-        assert len(done) >= 3 + after and failed
-        # Its PUT failing, or the read before a PUT (after a conflict) failing.
-        assert message.startswith((f"Could not save {bucket.url()}: the endpoint could not be reached (",
-                                   f"Cannot read {bucket.url()}: the endpoint could not be reached ("))
-        found = document[own_category(worker)]
-        assert {f"s{i}": i for i in done}.items() <= found.items(), f"worker {worker} lost acknowledged sets"
-        assert set(found) <= {f"s{i}" for i in done + failed}  # nothing it never set
-
-
-def wait_until(condition: Any, what: str, processes: list[Any], results: Any, timeout: float = 60) -> None:
-    """Poll ``condition``; fail at once, with the child's traceback, if a worker died first."""
-    done = threading.Event()
-    deadline = threading.Timer(timeout, done.set)
-    deadline.start()
-    try:
-        while not condition():
-            if any(not p.is_alive() for p in processes):
-                report = results.get(timeout=10)
-                raise AssertionError(f"a worker ended before {what}: {report[1] if report[0] == 'error' else report}")
-            if done.wait(0.01):
-                raise AssertionError(f"timed out waiting until {what}")
-    finally:
-        deadline.cancel()
 
 
 def test_one_store_through_an_outage_keeps_memory_and_catches_up(own_server: S3Server) -> None:

@@ -33,8 +33,10 @@ _KINDS: dict[str, Any] = {"account_name": str, "account_key": str, "connection_s
                           "credential": None, "account_host": str}
 _ENVIRONMENT = {"connection_string": "AZURE_STORAGE_CONNECTION_STRING", "account_name": "AZURE_STORAGE_ACCOUNT_NAME",
                 "account_key": "AZURE_STORAGE_ACCOUNT_KEY", "sas_token": "AZURE_STORAGE_SAS_TOKEN"}
-# azure-core's default is 10 retries with backoff and a 300 s connection timeout.
-_CLIENT_ARGS: dict[str, Any] = {"retry_total": 3, "retry_backoff_factor": 0.2, "connection_timeout": 5, "read_timeout": 30}
+# azure-storage-blob's default retries wait 15 s, then 18 s, 24 s... (about 90 s before an
+# unreachable endpoint is reported) after a connection timeout of 300 s.
+_CLIENT_ARGS: dict[str, Any] = {"connection_timeout": 5, "read_timeout": 30}
+_READ_RETRIES = 2  # after about 1 s, then 3 s (uploads are never retried: see the module doc)
 
 
 def _split(url: str) -> tuple[str, str, str, str | None]:
@@ -68,7 +70,7 @@ class AzureBlob(ObjectStorage):
             options = {name: os.environ[variable] for name, variable in _ENVIRONMENT.items() if os.environ.get(variable)}
         self._client = self._make_client_from(url, options, host)
         self._client_pid = os.getpid()
-        self.endpoint = f"azure:{self._client.url}"
+        self.endpoint = f"azure:{self._client.url.partition('?')[0]}"  # no SAS token in it
 
     def _make_client_from(self, url: str, options: Mapping[str, Any], host: str | None) -> Any:
         from azure.storage.blob import BlobServiceClient
@@ -76,7 +78,7 @@ class AzureBlob(ObjectStorage):
         self._options, self._host = options, host
         if options.get("connection_string") is not None:
             try:
-                return BlobServiceClient.from_connection_string(options["connection_string"], **_CLIENT_ARGS)
+                return BlobServiceClient.from_connection_string(options["connection_string"], **_client_args())
             except ValueError as exc:
                 # The value holds the account key: named, never shown.
                 raise TrainingStatusValueError(
@@ -106,7 +108,7 @@ class AzureBlob(ObjectStorage):
                 "or write the URL as abfs://<container>@<account>.dfs.core.windows.net/<blob>.",
                 path=url,
             )
-        return BlobServiceClient(account_url, credential=self._credential(url, options, account), **_CLIENT_ARGS)
+        return BlobServiceClient(account_url, credential=self._credential(url, options, account), **_client_args())
 
     def _credential(self, url: str, options: Mapping[str, Any], account: str | None) -> Any:
         credential = options.get("credential")
@@ -204,3 +206,10 @@ class AzureBlob(ObjectStorage):
     def _credentials_advice(self) -> str:
         return ("check the credentials (storage_options account_key, sas_token, connection_string or "
                 "credential, or the AZURE_STORAGE_* environment) and the container's access policy")
+
+
+def _client_args() -> dict[str, Any]:
+    from azure.storage.blob import ExponentialRetry
+
+    retry = ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=_READ_RETRIES, random_jitter_range=1)
+    return {**_CLIENT_ARGS, "retry_policy": retry}

@@ -14,6 +14,7 @@ google-cloud-storage is imported only when a ``gs://`` store is opened (``pip in
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -59,15 +60,6 @@ def _credentials(url: str, token: Any) -> Any:
     if isinstance(token, google.auth.credentials.Credentials):
         return token
     try:
-        if isinstance(token, Mapping):
-            info = dict(token)
-            if info.get("type") == "authorized_user":
-                import google.oauth2.credentials
-
-                return google.oauth2.credentials.Credentials.from_authorized_user_info(info, _SCOPES)
-            import google.oauth2.service_account
-
-            return google.oauth2.service_account.Credentials.from_service_account_info(info, scopes=_SCOPES)
         if isinstance(token, (str, os.PathLike)):
             path = os.fspath(token)
             if not os.path.isfile(path):
@@ -77,8 +69,19 @@ def _credentials(url: str, token: Any) -> Any:
                     "of a service account's JSON key, or 'google_default' for the environment's credentials.",
                     path=url,
                 )
-            credentials, _ = google.auth.load_credentials_from_file(path, scopes=_SCOPES)
-            return credentials
+            with open(path, encoding="utf-8") as f:
+                token = json.load(f)
+        if isinstance(token, Mapping):
+            info = dict(token)
+            # Only the two kinds gcsfs takes from a file or dict: google-auth's generic loader
+            # would also run the commands an external-account file names.
+            if info.get("type") == "authorized_user":
+                import google.oauth2.credentials
+
+                return google.oauth2.credentials.Credentials.from_authorized_user_info(info, _SCOPES)
+            import google.oauth2.service_account
+
+            return google.oauth2.service_account.Credentials.from_service_account_info(info, scopes=_SCOPES)
     except (ValueError, KeyError, google.auth.exceptions.GoogleAuthError) as exc:
         if isinstance(exc, TrainingStatusValueError):
             raise
