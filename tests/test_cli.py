@@ -254,17 +254,6 @@ def test_a_missing_file_is_a_one_line_error_and_creates_nothing(tmp_path: Path, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("command", [["show"], ["get", "c", "k"], ["set", "c", "k", "1"], ["delete", "c", "k"], ["check"]])
-def test_an_s3_url_is_refused_in_one_line_before_any_request(command: list[str]) -> None:
-    # No server and no credentials: the refusal must come before boto3 is even asked.
-    url = "s3://bucket/run/training_status.json"
-    assert run(command[0], url, *command[1:]) == Result(2, "", error(
-        f"{url}: the command line works on local files only. Copy the object down "
-        f"(aws s3 cp {url} .) and inspect that, or open it from Python with "
-        "StatusStore(url, storage_options=...)."
-    ))
-
-
 PATH_COMMANDS = [
     (["show"], []), (["show", "--json"], []), (["get"], ["c", "k"]), (["set"], ["c", "k", "1"]),
     (["delete"], ["c", "k"]), (["check"], []), (["corrupt", "list"], []),
@@ -273,9 +262,9 @@ PATH_COMMANDS = [
 
 
 @pytest.mark.parametrize(("url", "advice"), [
-    ("gs://bucket/run/run_logs/training_status.json",
-     "Copy the file down and give its local path, or, for a local directory named 'gs:', write "
-     "./gs://bucket/run/run_logs/training_status.json"),
+    ("hdfs://namenode/run/run_logs/training_status.json",
+     "Copy the file down and give its local path, or, for a local directory named 'hdfs:', write "
+     "./hdfs://namenode/run/run_logs/training_status.json"),
     ("HTTP://example.com/ts.json",
      "Copy the file down and give its local path, or, for a local directory named 'HTTP:', write "
      "./HTTP://example.com/ts.json"),
@@ -288,8 +277,9 @@ def test_other_url_schemes_are_refused_before_anything_is_read_or_created(
     scheme = url.split("://")[0]
     result = run(*before, url, *after, cwd=tmp_path)
     assert result == Result(2, "", error(
-        f"{url}: {scheme}:// URLs are not supported; the command line works on local files only. {advice}."))
-    assert list(tmp_path.iterdir()) == []  # no ./gs:/bucket/... directory, no lock file
+        f"{url}: {scheme}:// URLs are not supported; the command line works on local files and s3://, gs:// and az:// "
+        f"URLs. {advice}."))
+    assert list(tmp_path.iterdir()) == []  # no ./hdfs:/namenode/... directory, no lock file
 
 
 def test_a_local_path_with_colon_slashes_further_down_is_still_a_path(tmp_path: Path) -> None:

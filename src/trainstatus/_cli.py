@@ -59,7 +59,10 @@ from ._cli_base import (
     _read_status,
     _unreadable,
     _where,
+    is_url,
+    read_object,
     run,
+    storage_options,
 )
 from ._codec import decode
 from ._errors import TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusVersionError, TrainingStatusWarning
@@ -263,6 +266,10 @@ def _python_number(word: str) -> str | None:
 
 
 def _open_store(args: argparse.Namespace) -> _store.StatusStore:
+    if is_url(args.path):
+        # No lock and no history there: each write is conditional on the version read.
+        return _store.StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock,
+                                  allow_downgrade=args.allow_downgrade, storage_options=storage_options(args))
     # This command does not know the history= of the trainers writing the file: it keeps as
     # many versions as it finds (at least the default), so an edit neither shrinks the count a
     # trainer keeps nor grows it.
@@ -297,8 +304,8 @@ def _cmd_set(args: argparse.Namespace) -> int:
     # --string stores VALUE as it is, "-" included: to store the text "-", pass --string -.
     text = _read_stdin() if args.value == "-" and not args.string else args.value
     value = text if args.string else _parse_value(text)
-    directory, _ = _target(args.path)
-    if not os.path.isdir(directory):
+    directory = None if is_url(args.path) else _target(args.path)[0]
+    if directory is not None and not os.path.isdir(directory):
         blocking = _file_in_the_way(args.path)
         if blocking is not None:
             raise _Fail(f"cannot create {args.path}: {blocking} is a file, not a directory; nothing was changed")
@@ -309,7 +316,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
         with store.transaction():
-            created = not os.path.exists(store.path)
+            created = not _exists(store)
             old = store.get(args.category, args.key, MISSING)
             store.set(args.category, args.key, value)
     except TrainingStatusValueError as exc:
@@ -336,12 +343,20 @@ def _cut_old(text: str, path: str, *, within: bool = False) -> str:
     return f"{text[:LONG_VALUE]}... {note}" if within else f"{text[:LONG_VALUE]}... ({note})"
 
 
+def _exists(store: _store.StatusStore) -> bool:
+    """Whether the store's document existed when it was last read (in a transaction: at its start)."""
+    found = getattr(store._storage, "found", None)
+    return bool(found()) if found is not None else os.path.exists(store.path)
+
+
 def _cmd_delete(args: argparse.Namespace) -> int:
-    if not os.path.exists(args.path):
+    if not is_url(args.path) and not os.path.exists(args.path):
         raise _Fail(_missing(args.path))
     store = _open_store(args)
     try:
         with store.transaction():
+            if not _exists(store):
+                raise _Fail(_missing(args.path))
             old = store.get(args.category, args.key, MISSING)
             removed = store.delete(args.category, args.key)
     except TrainingStatusValueError as exc:
@@ -611,12 +626,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     _root(args.root)
     path = args.path
     report = _Report()
-    directory, name = _target(path)
+    remote = is_url(path)
+    directory, name = ("", "") if remote else _target(path)
     unreadable = False
     try:
-        data = _read_bytes(path)
+        data = read_object(args) if remote else _read_bytes(path)
+    except _Fail as exc:  # no such object
+        report("error", exc.message)
+        unreadable = True
     except OSError as exc:
-        report("error", _unreadable(path, exc))
+        report("error", _cli_words(str(exc)) if remote else _unreadable(path, exc))
         unreadable = True
     else:
         try:
@@ -643,7 +662,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 _check_files(report, document, path, args.root)
     if args.files and (unreadable or report.status == EXIT_ERROR):
         report("info", "checkpoint files not checked (--files): the file is not a readable status document")
+    if remote:
+        report("info", "an object store takes no lock: each write is conditional on the version it read")
+    else:
+        _check_beside(report, path, directory, name)
+    return _verdict(report, path, unreadable)
 
+
+def _check_beside(report: _Report, path: str, directory: str, name: str) -> None:
+    """check's findings about what lies beside a local file: the lock, a lease, temp files, copies, history."""
     lock_file = os.path.join(directory, _names.lock_name(name))
     state, detail = _lock_state(lock_file)
     if state == "held":
@@ -686,6 +713,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         report("info", f"{_plural(len(versions), 'earlier version')} kept in the history ({numbers}); "
                        f"see `{PROG} history`")
 
+
+def _verdict(report: _Report, path: str, unreadable: bool) -> int:
     if unreadable:
         verdict = "unreadable"
     elif report.problems:

@@ -22,13 +22,14 @@ import warnings
 from ._cli_main import PROG
 from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusWarning
 from ._load import DOWNGRADE_ADVICE, Duplicate
-from ._location import file_url_advice, is_s3_url, url_scheme
+from ._location import file_url_advice, object_store, url_scheme
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of every command)
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "run"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "URL_COMMANDS", "is_url",
+           "read_object", "run", "storage_options"]
 
 EXIT_OK = 0
 EXIT_NOT_SET = 1  # get/delete of a key that is not set
@@ -140,14 +141,23 @@ def _duplicate_problem(duplicate: Duplicate) -> str:
     return f"{duplicate}; edit the file so it appears once, with the value to keep"
 
 
-def _local_only(path: str) -> None:
-    """Refuse a URL before anything is read or created: the command line reads local files only."""
-    if is_s3_url(path):
-        raise _Fail(
-            f"{path}: the command line works on local files only. Copy the object down "
-            f"(aws s3 cp {path} .) and inspect that, or open it from Python with "
-            "StatusStore(url, storage_options=...)."
-        )
+# The commands that work on an object store's URL as on a local file; the others work with what
+# lies beside a local file (its lock, history, copies kept aside).
+URL_COMMANDS = ("show", "get", "set", "delete", "check")
+
+
+def _check_location(args: argparse.Namespace) -> None:
+    """Refuse a URL the command cannot open, before anything is read or created."""
+    path = getattr(args, "path", "")
+    if object_store(path) is not None:
+        if args.command not in URL_COMMANDS:
+            raise _Fail(
+                f"{path}: {args.command} works on local files only (show, get, set, delete and check also "
+                "work on s3://, gs:// and az:// URLs). Copy the object down and give its local path."
+            )
+        return
+    if getattr(args, "storage_option", None):
+        raise _Fail(f"--storage-option is for s3://, gs:// and az:// URLs; {path} is a local path, which takes none")
     scheme = url_scheme(path)
     if scheme is None:
         return
@@ -156,8 +166,51 @@ def _local_only(path: str) -> None:
     else:
         advice = (f"copy the file down and give its local path, or, for a local directory named "
                   f"'{scheme}:', write ./{path}")
-    raise _Fail(f"{path}: {scheme}:// URLs are not supported; the command line works on local files "
-                f"only. {advice[0].upper()}{advice[1:]}.")
+    raise _Fail(f"{path}: {scheme}:// URLs are not supported; the command line works on local files and "
+                f"s3://, gs:// and az:// URLs. {advice[0].upper()}{advice[1:]}.")
+
+
+def is_url(path: str) -> bool:
+    return object_store(path) is not None
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--storage-option NAME=VALUE`` as a dict (None when none was given: the SDK's environment).
+
+    A VALUE that is a JSON object, array, ``true``, ``false`` or ``null`` is read as JSON (``anon=true``,
+    ``config_kwargs={"connect_timeout": 2}``); any other is the text itself (``project=123`` stays a string).
+    """
+    given = getattr(args, "storage_option", None)
+    if not given:
+        return None
+    options: dict[str, Any] = {}
+    for item in given:
+        name, equals, text = item.partition("=")
+        if not equals or not name:
+            raise _Fail(f"--storage-option {item!r} is not NAME=VALUE (e.g. --storage-option endpoint_url=http://localhost:9000)")
+        value: Any = text
+        if text.strip()[:1] in ("{", "[") or text in ("true", "false", "null"):
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                raise _Fail(f"--storage-option {name}: {text!r} is not valid JSON ({exc}); quote it for the shell, as "
+                            f"in --storage-option '{name}={{\"key\": 1}}'") from None
+        options[name] = value
+    return options
+
+
+def read_object(args: argparse.Namespace) -> bytes:
+    """The bytes of the object ``args.path`` names (an object store URL), or a one-line error."""
+    from ._backends import open_object_store
+
+    storage = open_object_store(args.path, storage_options(args))
+    try:
+        data = storage.read()
+    finally:
+        storage.close()
+    if data is None:
+        raise _Fail(f"no status file at {args.path}")
+    return data
 
 
 # -- running a command ------------------------------------------------------------------------------
@@ -235,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
         warnings.simplefilter("always", TrainingStatusWarning)
         warnings.showwarning = _show_warning
         try:
-            _local_only(getattr(args, "path", ""))
+            _check_location(args)
             command = args.run
             load = getattr(command, "load", None)
             if load is not None:

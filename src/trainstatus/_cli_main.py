@@ -64,7 +64,10 @@ exit status: 0 success (check: sound); 1 get/delete: the key is not set, check: 
 2 an error (missing, unreadable or damaged file, bad value, lock held too long, bad usage),
 check: corrupt, unreadable or a name given more than once; 130 interrupted (Ctrl-C).
 
-PATH is a local file; s3:// and other URLs are refused (open s3:// from Python).
+PATH is a local file, or for show, get, set, delete and check an object in an object store:
+s3://bucket/key, gs://bucket/object, az://container/blob (abfs://container@account.dfs.core.windows.net/blob),
+with --storage-option NAME=VALUE for its client (named as in s3fs, gcsfs, adlfs; without any, the SDK's
+own environment applies).
 
 example:
   trainstatus show results/run1/run_logs/training_status.json
@@ -139,6 +142,14 @@ def _parser() -> argparse.ArgumentParser:
              "another shared filesystem that trainers on several machines open with lock=\"soft\"",
     )
 
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument(
+        "--storage-option", action="append", metavar="NAME=VALUE",
+        help="for an s3://, gs:// or az:// PATH: an option of its client, named as in s3fs, gcsfs or adlfs "
+             "(endpoint_url=http://localhost:9000, token=anon, connection_string=...); repeat for several. "
+             "A VALUE that is a JSON object or array, true, false or null is read as JSON",
+    )
+
     writing = argparse.ArgumentParser(add_help=False)
     writing.add_argument(
         "--allow-downgrade", action="store_true",
@@ -164,8 +175,9 @@ only; warns about the format version like a store would.
 examples:
   trainstatus show results/run1/run_logs/training_status.json
   trainstatus show --json results/run1/run_logs/training_status.json | jq .Walker.final_checkpoint
-""")
-    show.add_argument("path", metavar="PATH", help="the status file")
+  trainstatus show gs://my-bucket/run1/run_logs/training_status.json
+""", parents=[remote])
+    show.add_argument("path", metavar="PATH", help="the status file (or an s3://, gs://, az:// URL)")
     show.add_argument("--json", action="store_true",
                       help="the whole document as JSON (NaN/Infinity as Python's json writes them; "
                            "categories in file order, metadata last)")
@@ -177,8 +189,10 @@ category "metadata".
 examples:
   trainstatus get results/run1/run_logs/training_status.json wall_height lesson_num
   trainstatus get results/run1/run_logs/training_status.json metadata stats_format_version
-""")
-    get.add_argument("path", metavar="PATH", help="the status file")
+  trainstatus get s3://my-bucket/run1/run_logs/training_status.json wall_height lesson_num \\
+      --storage-option endpoint_url=http://localhost:9000
+""", parents=[remote])
+    get.add_argument("path", metavar="PATH", help="the status file (or an s3://, gs://, az:// URL)")
     get.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
     get.add_argument("key", metavar="KEY")
     get.add_argument("--compact", action="store_true", help="on one line, without indentation")
@@ -206,8 +220,8 @@ examples:
   trainstatus set results/run1/run_logs/training_status.json Walker note --string True
   trainstatus set results/run1/run_logs/training_status.json SoccerTwos elo -- -Infinity
   jq -c .Walker.checkpoints old.json | trainstatus set results/run1/run_logs/training_status.json Walker checkpoints -
-""", parents=[locking, writing])
-    set_.add_argument("path", metavar="PATH", help="the status file")
+""", parents=[locking, writing, remote])
+    set_.add_argument("path", metavar="PATH", help="the status file (or an s3://, gs://, az:// URL)")
     set_.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name ('metadata' is reserved)")
     set_.add_argument("key", metavar="KEY")
     set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below); - reads it from standard input (not with --string)")
@@ -219,8 +233,8 @@ is not set. A file of a newer format version is not rewritten unless --allow-dow
 
 example:
   trainstatus delete results/run1/run_logs/training_status.json Walker final_checkpoint
-""", parents=[locking, writing])
-    delete.add_argument("path", metavar="PATH", help="the status file")
+""", parents=[locking, writing, remote])
+    delete.add_argument("path", metavar="PATH", help="the status file (or an s3://, gs://, az:// URL)")
     delete.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
     delete.add_argument("key", metavar="KEY")
 
@@ -240,8 +254,9 @@ exit status: 0 sound, 1 warnings, 2 corrupt, unreadable, or a name given more th
 examples:
   trainstatus check results/run1/run_logs/training_status.json
   trainstatus check --files results/run1/run_logs/training_status.json
-""")
-    check.add_argument("path", metavar="PATH", help="the status file")
+  trainstatus check az://my-container/run1/run_logs/training_status.json --storage-option account_name=myaccount
+""", parents=[remote])
+    check.add_argument("path", metavar="PATH", help="the status file (or an s3://, gs://, az:// URL)")
     check.add_argument("--files", action="store_true",
                        help="also check that every file a checkpoints list or final_checkpoint names "
                             "exists with its recorded size (a warning for each missing or changed one)")

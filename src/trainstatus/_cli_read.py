@@ -1,5 +1,7 @@
 """``trainstatus show`` and ``get``: print what a status file holds, reading it with Python's json.
 
+On an object store's URL they read the object through its adapter (its SDK imported then).
+
 They read the file's bytes and change nothing (no store, no lock, a damaged file stays put), and
 they load neither the codec nor orjson (``_load.load_values``): on a small file, importing those
 was most of the command's run time.
@@ -21,6 +23,8 @@ from ._cli_base import (
     _plural,
     _read_status,
     _where,
+    is_url,
+    read_object,
 )
 from ._cli_main import PROG
 from ._errors import TrainingStatusWarning, warn
@@ -33,10 +37,11 @@ if TYPE_CHECKING:
 __all__ = ["_cmd_get", "_cmd_show"]
 
 
-def _values(path: str) -> Values:
+def _values(args: argparse.Namespace) -> Values:
     """The file's values, or a one-line error; warns about names given twice (like ``_cli._validated``)."""
+    path = args.path
     try:
-        values = load_values(_read_status(path))
+        values = load_values(read_object(args) if is_url(path) else _read_status(path))
     except Corrupt as exc:
         raise _Fail(f"{path} is damaged: {exc.reason}; it was left as it is (`{PROG} check` tells more)") from None
     for duplicate in values.duplicates:
@@ -70,7 +75,7 @@ def _summary(value: Any) -> str:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    values = _values(args.path)
+    values = _values(args)
     if args.json:
         # Everything the file holds, in its order (a newer format's entries included).
         print(_json(values.tree, indent=2))
@@ -98,7 +103,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    values = _values(args.path)
+    values = _values(args)
     if args.category == METADATA:
         value = (values.metadata or {}).get(args.key, MISSING)
     else:

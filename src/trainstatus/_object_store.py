@@ -227,6 +227,10 @@ class ObjectStorage(Storage):
     def stale(self) -> bool:
         return self._version is _UNKNOWN
 
+    def found(self) -> bool:
+        """Whether the last read or write found an object (False after a read of none)."""
+        return self._version is not None
+
     def forget(self) -> None:
         self._version = _UNKNOWN
 
