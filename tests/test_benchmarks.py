@@ -175,7 +175,7 @@ def test_replot_refuses_another_benchmarks_report_and_measuring_options(tmp_path
     done = replot("concurrency.py", "--from-json", str(RESULTS / "concurrency.json"), "--no-plot", cwd=tmp_path)
     assert done.returncode == 2
     assert "--from-json draws the plot of a saved report: it takes neither --no-plot nor --json" in done.stderr
-    done = replot("s3_writers.py", "--from-json", str(tmp_path / "missing.json"), cwd=tmp_path)
+    done = replot("object_store_writers.py", "--from-json", str(tmp_path / "missing.json"), cwd=tmp_path)
     assert done.returncode == 2 and f"--from-json: cannot read {tmp_path / 'missing.json'}" in done.stderr
     assert list(tmp_path.iterdir()) == []
 

@@ -7,12 +7,17 @@ fake-gcs-server and Azurite (tests/_objectservers.py). Nothing here measures tim
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from _processes import SPAWN, TIMEOUT, assert_nothing_lost, run_workers, started, wait_until
 from _workers import COUNTER, own_category, s3_counting_worker, s3_outage_worker
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Real processes against real servers (3 to 15 s each): the long group, a step of its own in .ci/run.
 pytestmark = pytest.mark.long
@@ -95,3 +100,30 @@ def test_server_killed_mid_run_then_restarted_loses_nothing_acknowledged(own_ser
         found = document[own_category(worker)]
         assert {f"s{i}": i for i in done}.items() <= found.items(), f"worker {worker} lost acknowledged sets"
         assert set(found) <= {f"s{i}" for i in done + failed}  # nothing it never set
+
+
+# -- the benchmark still runs -------------------------------------------------------------------------
+
+
+def test_benchmark_quick_smoke(tmp_path: Path) -> None:
+    json_path = tmp_path / "object_store_writers.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "object_store_writers.py"), "--quick", "--json", str(json_path),
+         "--no-plot"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    report = json.loads(json_path.read_text())
+    assert report["benchmark"] == "object_store_writers" and report["quick"] is True
+    assert [(e["backend"], e["workers"], e["bare"]) for e in report["results"]] == [
+        (backend, workers, bare) for backend in ("s3", "gcs", "azure") for workers, bare in ((1, False), (4, False), (1, True))]
+    for entry in report["results"]:
+        assert entry["sets"] > 0 and entry["sets_per_s"] > 0
+        assert 0 < entry["p50_us"] <= entry["p99_us"]
+        assert entry["conflicts_per_set"] == round(entry["conflicts"] / entry["sets"], 3)
+        assert entry["requests_per_set"] >= 1
+        if entry["workers"] == 1:
+            assert entry["conflicts"] == 0  # one writer never conflicts
+    assert f"JSON: {json_path}" in done.stdout
+    assert "conflicts/set" in done.stdout
+    assert {p.name for p in tmp_path.iterdir()} == {"object_store_writers.json"}

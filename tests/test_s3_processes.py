@@ -1,4 +1,4 @@
-"""S3 only: a 412 storm, threads, one store through an outage, an emptied server, the benchmark.
+"""S3 only: a 412 storm, threads, one store through an outage, an emptied server.
 
 What every object store must pass (4 processes, a counter, a server killed mid-run) runs on S3 too,
 in test_object_store_processes.py.
@@ -10,8 +10,6 @@ serializes requests so that conditional PUTs are atomic as on S3). Nothing here 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,27 +114,3 @@ def test_a_restarted_empty_server_gets_back_everything_the_store_knew() -> None:
         store.set("c", "z", 3)
         assert stored(bucket) == store.to_dict()
         assert {k: stored(bucket)[k] for k in "abc"} == {"a": {"x": 1}, "b": {"y": [1, 2]}, "c": {"z": 3}}
-
-
-# -- the benchmark still runs -------------------------------------------------------------------------
-
-
-def test_benchmark_quick_smoke(tmp_path: Path) -> None:
-    json_path = tmp_path / "s3_writers.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "s3_writers.py"), "--quick", "--json", str(json_path), "--no-plot"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    report = json.loads(json_path.read_text())
-    assert report["benchmark"] == "s3_writers" and report["quick"] is True
-    assert [entry["workers"] for entry in report["results"]] == [1, 2, 4, 8]
-    for entry in report["results"]:
-        assert entry["sets"] > 0 and entry["sets_per_s"] > 0
-        assert 0 < entry["p50_us"] <= entry["p99_us"]
-        assert entry["conflicts_per_set"] == round(entry["conflicts"] / entry["sets"], 3)
-        assert entry["requests_per_set"] >= 1
-    assert report["results"][0]["conflicts"] == 0  # one writer never conflicts
-    assert f"JSON: {json_path}" in done.stdout
-    assert "conflicts/set" in done.stdout
-    assert {p.name for p in tmp_path.iterdir()} == {"s3_writers.json"}
