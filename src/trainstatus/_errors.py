@@ -163,9 +163,9 @@ class TrainingStatusValueError(TrainingStatusError, ValueError):
 
 
 class TrainingStatusDependencyError(TrainingStatusError, ImportError):
-    """An optional dependency is not installed: boto3, for an ``s3://`` store. The message names
-    the extra that installs it (``pip install "trainstatus[s3]"``); the ``ImportError`` is the
-    ``__cause__``."""
+    """An optional dependency is not installed: boto3, google-cloud-storage or azure-storage-blob,
+    for an ``s3://``, ``gs://`` or ``az://`` store. The message names the extra that installs it
+    (``pip install "trainstatus[gcs]"``); the ``ImportError`` is the ``__cause__``."""
 
     def __init__(self, message: str, **context: Any) -> None:
         ImportError.__init__(self, message)

@@ -4,7 +4,8 @@ The store only needs: read the document (remembering which version it read), tel
 stored version changed since, replace it, lock it, keep a damaged one aside, and clear leftovers of
 killed writers. ``LocalFile`` is the implementation for a path on a local filesystem; ``Memory``
 holds the document in the process (the ML-Agents drop-in before it is bound to a path). An object
-store implements the same seam with conditional writes instead of a lock (``_s3.S3Object``).
+store implements the same seam with conditional writes instead of a lock
+(``_object_store.ObjectStorage``: S3, GCS, Azure Blob).
 """
 
 from __future__ import annotations

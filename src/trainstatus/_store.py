@@ -331,11 +331,15 @@ class StatusStore:
       replaces (a hard link: no copy, no extra fsync). A damaged file, or a missing one when
       resuming, is replaced by the newest intact version kept, with a warning saying which.
       ``trainstatus history``, ``diff`` and ``restore`` work with them. Not on ``s3://``.
-    - ``storage_options``: for an ``s3://bucket/key`` URL given as ``path`` (needs the ``s3``
-      extra): ``endpoint_url``, ``key``, ``secret``, ``token``, ``region_name``, ``profile``,
-      ``anon``, ``client_kwargs``, ``config_kwargs``, as s3fs names them. Without them boto3's usual
-      AWS environment and files apply. Such a store takes no lock: each write is a conditional
-      PUT, retried over the new version when another writer got in first.
+    - ``storage_options``: for an object store's URL given as ``path``. ``s3://bucket/key`` (the
+      ``s3`` extra): ``endpoint_url``, ``key``, ``secret``, ``token``, ``region_name``, ``profile``,
+      ``anon``, ``client_kwargs``, ``config_kwargs``, as s3fs names them. ``gs://bucket/object``
+      (the ``gcs`` extra): ``project``, ``token``, ``endpoint_url``, as gcsfs names them.
+      ``az://container/blob`` or ``abfs[s]://container@account.dfs.core.windows.net/blob`` (the
+      ``azure`` extra): ``account_name``, ``account_key``, ``sas_token``, ``connection_string``,
+      ``credential``, ``account_host``, as adlfs names them. Without them the SDK's usual
+      environment applies. Such a store takes no lock: each write is a conditional upload,
+      retried over the new version when another writer got in first.
     """
 
     @_interrupts.protected
