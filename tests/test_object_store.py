@@ -480,3 +480,32 @@ def test_writes_while_the_server_is_gone_fail_clearly_and_keep_memory(server_cla
                 f"{'Could not save' if attempt == 0 else 'Cannot read'} {container.url()}: the endpoint could not be reached (")
             assert store.to_dict()["a"] == {"x": 1}
 
+
+
+# -- what every store shares: messages naming the scheme, the first-write hook ------------------------
+
+
+def test_lock_and_history_options_are_refused_naming_the_store(bucket: Any) -> None:
+    url = bucket.url()
+    article = "a" if bucket.scheme == "gs" else "an"
+    with pytest.raises(ValueError, match="lock") as caught:
+        open_at(bucket, lock="soft")
+    assert str(caught.value) == (f"lock='soft' is for local paths; {url!r} is {article} {bucket.scheme}:// object, which "
+                                 "takes no lock (writes are conditional). Leave lock= out.")
+    with pytest.raises(ValueError, match="history") as caught:
+        open_at(bucket, history=3)
+    assert str(caught.value).startswith(f"history=3 is kept for local files only; {url!r} is {article} {bucket.scheme}:// object.")
+
+
+def test_the_first_write_hook_runs_once_per_endpoint_and_process(bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainstatus import _object_store
+
+    calls: list[str] = []
+    monkeypatch.setattr(_object_store, "_written_endpoints", set())
+    monkeypatch.setattr(_object_store.ObjectStorage, "before_first_write", lambda self: calls.append(self.endpoint))
+    first, second = open_at(bucket), open_at(bucket, key="other/training_status.json")
+    assert calls == []  # opening reads only
+    first.set("a", "x", 1)
+    second.set("a", "x", 1)
+    first.set("a", "y", 2)
+    assert len(calls) == 1 and calls[0].endswith(bucket.endpoint_url + ("/devstoreaccount1/" if bucket.scheme == "az" else ""))
