@@ -509,3 +509,14 @@ def test_the_first_write_hook_runs_once_per_endpoint_and_process(bucket: Any, mo
     second.set("a", "x", 1)
     first.set("a", "y", 2)
     assert len(calls) == 1 and calls[0].endswith(bucket.endpoint_url + ("/devstoreaccount1/" if bucket.scheme == "az" else ""))
+
+
+def test_an_object_deleted_behind_the_stores_back_counts_as_changed(bucket: Any) -> None:
+    store = open_at(bucket)
+    store.set("a", "x", 1)
+    assert store._storage.changed() is False  # type: ignore[attr-defined]
+    bucket.delete()
+    assert store._storage.changed() is True  # type: ignore[attr-defined]  # HEAD's 404, where it had a version
+    store.set("a", "y", 2)  # the upload on the old version is refused; read (none), then create
+    assert stored(bucket)["a"]["y"] == 2
+    assert_memory_is_object(store, bucket)
