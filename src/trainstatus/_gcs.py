@@ -175,7 +175,9 @@ class GCSObject(ObjectStorage):
 def _read_retry() -> Any:
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    return DEFAULT_RETRY.with_timeout(_READ_RETRY_S)
+    # with_timeout is google-api-core 2.17's name for with_deadline (deprecated since).
+    with_timeout = getattr(DEFAULT_RETRY, "with_timeout", None) or DEFAULT_RETRY.with_deadline
+    return with_timeout(_READ_RETRY_S)
 
 
 def _is_transport_error(exc: BaseException) -> bool:
