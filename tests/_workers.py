@@ -79,12 +79,12 @@ def try_set(path: str, lock_timeout: float, result: Any) -> None:
         result.put(("ok",))
 
 
-# -- S3 (tests/test_s3_processes.py) --------------------------------------------------------------
+# -- object stores (tests/test_object_store_processes.py, test_s3_processes.py) ----------------------
 
 
-def s3_counting_worker(url: str, options: dict[str, Any], worker: int, sets: int, counter: bool,
-                       start: Any, results: Any) -> None:
-    """Own keys by plain sets (and the shared counter by ``run_transaction``) on an s3:// object.
+def object_counting_worker(url: str, options: dict[str, Any], worker: int, sets: int, counter: bool,
+                           start: Any, results: Any) -> None:
+    """Own keys by plain sets (and the shared counter by ``run_transaction``) on an object store URL.
 
     Puts (worker, conflicts, requests) on ``results``, or ("error", traceback) and exits non-zero.
     """
@@ -104,8 +104,8 @@ def s3_counting_worker(url: str, options: dict[str, Any], worker: int, sets: int
         raise
 
 
-def s3_outage_worker(url: str, options: dict[str, Any], worker: int, after: int, start: Any, restarted: Any,
-                     acknowledged: Any, failures: Any, results: Any) -> None:
+def object_outage_worker(url: str, options: dict[str, Any], worker: int, after: int, start: Any, restarted: Any,
+                         acknowledged: Any, failures: Any, results: Any) -> None:
     """Set ``s<i>`` = i in the worker's own category, through a server outage, until ``after`` sets
     were acknowledged once ``restarted`` is set. A failed set must raise ``TrainingStatusWriteError``
     (its PUT failed) or ``TrainingStatusReadError`` (the read before it failed) and leave the

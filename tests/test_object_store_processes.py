@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _processes import SPAWN, TIMEOUT, assert_nothing_lost, run_workers, started, wait_until
-from _workers import COUNTER, own_category, s3_counting_worker, s3_outage_worker
+from _processes import (
+    SPAWN,
+    TIMEOUT,
+    assert_nothing_lost,
+    run_workers,
+    started,
+    wait_until,
+)
+from _workers import COUNTER, object_counting_worker, object_outage_worker, own_category
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +41,7 @@ def stored(bucket: Any) -> dict[str, Any]:
 
 def test_processes_write_own_keys_and_count_with_run_transaction(bucket: Any, reliability: Any) -> None:
     workers, sets = 4, 12
-    reports = run_workers(s3_counting_worker, lambda w: (bucket.url(), bucket.storage_options, w, sets, True), workers)
+    reports = run_workers(object_counting_worker, lambda w: (bucket.url(), bucket.storage_options, w, sets, True), workers)
     document = stored(bucket)
     assert_nothing_lost(document, workers, sets)
     assert document[COUNTER[0]] == {COUNTER[1]: workers * sets}  # exact: no increment lost or doubled
@@ -81,7 +88,7 @@ def test_server_killed_mid_run_then_restarted_loses_nothing_acknowledged(own_ser
         options = own_server.storage_options
     acknowledged, failures = SPAWN.Array("i", workers), SPAWN.Array("i", workers)
     start, restarted, results = SPAWN.Barrier(workers + 1), SPAWN.Event(), SPAWN.Queue()
-    processes = [SPAWN.Process(target=s3_outage_worker,
+    processes = [SPAWN.Process(target=object_outage_worker,
                                args=(bucket.url(), options, w, after, start, restarted, acknowledged, failures, results))
                  for w in range(workers)]
     with started(processes, results) as reports:

@@ -20,7 +20,7 @@ import pytest
 from _helpers import run_threads
 from _processes import assert_nothing_lost, run_workers
 from _s3server import Bucket, S3Server
-from _workers import own_category, s3_counting_worker
+from _workers import object_counting_worker, own_category
 
 from trainstatus import StatusStore, TrainingStatusWriteError
 
@@ -40,7 +40,7 @@ def stored(s3: Bucket) -> dict[str, Any]:
 
 def test_412_storm_on_one_object_loses_nothing(s3: Bucket, reliability: Any) -> None:
     workers, sets = 5, 12
-    reports = run_workers(s3_counting_worker, lambda w: (s3.url(), s3.storage_options, w, sets, False), workers)
+    reports = run_workers(object_counting_worker, lambda w: (s3.url(), s3.storage_options, w, sets, False), workers)
     assert_nothing_lost(stored(s3), workers, sets)
     conflicts = sum(c for _, c, _ in reports)
     assert conflicts > 0, "no 412 at all: the writers never raced, so this test tested nothing"
