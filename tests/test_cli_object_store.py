@@ -30,6 +30,12 @@ def options(bucket: Any) -> list[str]:
             for arg in ("--storage-option", f"{name}={value}")]
 
 
+def test_the_server_refuses_a_stale_condition(bucket: Any) -> None:
+    assert bucket.put_if(b"first", None) and not bucket.put_if(b"again", None)
+    version = bucket.etag()
+    assert bucket.put_if(b"second", version) and not bucket.put_if(b"stale", version)
+
+
 def test_set_get_show_delete_check_on_a_url(bucket: Any, capsys: pytest.CaptureFixture[str]) -> None:
     url = bucket.url()
     assert cli(capsys, "set", url, "wall_height", "lesson_num", "3", *options(bucket)) == (

@@ -39,6 +39,17 @@ def stored(bucket: Any) -> dict[str, Any]:
     return json.loads(data)  # type: ignore[no-any-return]
 
 
+def assert_refuses_a_stale_condition(bucket: Any, key: str = "probe/stale-condition.json") -> None:
+    """The server refuses a create over an object and an upload on a version gone (so a pass means something)."""
+    assert bucket.put_if(b"first", None, key) and not bucket.put_if(b"again", None, key)
+    version = bucket.etag(key)
+    assert bucket.put_if(b"second", version, key) and not bucket.put_if(b"stale", version, key)
+
+
+def test_the_servers_refuse_a_stale_condition(bucket: Any) -> None:
+    assert_refuses_a_stale_condition(bucket)
+
+
 def test_processes_write_own_keys_and_count_with_run_transaction(bucket: Any, reliability: Any) -> None:
     workers, sets = 4, 12
     reports = run_workers(object_counting_worker, lambda w: (bucket.url(), bucket.storage_options, w, sets, True), workers)
@@ -86,6 +97,7 @@ def test_server_killed_mid_run_then_restarted_loses_nothing_acknowledged(own_ser
     else:
         bucket = own_server.container(own_server.new_bucket())
         options = own_server.storage_options
+    assert_refuses_a_stale_condition(bucket)  # this server of its own too
     acknowledged, failures = SPAWN.Array("i", workers), SPAWN.Array("i", workers)
     start, restarted, results = SPAWN.Barrier(workers + 1), SPAWN.Event(), SPAWN.Queue()
     processes = [SPAWN.Process(target=object_outage_worker,
