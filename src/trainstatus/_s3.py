@@ -23,7 +23,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ContextManager
 
-from . import _interrupts
+from . import _interrupts, _probe
 from ._errors import (
     TrainingStatusDependencyError,
     TrainingStatusReadError,
@@ -41,7 +41,7 @@ logger = logging.getLogger("trainstatus")
 # storage_options, named as fsspec/s3fs name them (what pandas and Lightning users already pass),
 # mapped to boto3's names.
 _CREDENTIALS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
-_OPTIONS = frozenset({*_CREDENTIALS, "endpoint_url", "region_name", "profile", "anon", "client_kwargs", "config_kwargs"})
+_OPTIONS = frozenset({*_CREDENTIALS, "endpoint_url", "region_name", "profile", "anon", "client_kwargs", "config_kwargs", _probe.OPTION})
 
 _OPTION_KINDS: dict[str, type] = {"anon": bool, "client_kwargs": Mapping, "config_kwargs": Mapping}
 _KIND_NAMES = {str: "a str", bool: "True or False", Mapping: "a dict"}
@@ -160,6 +160,7 @@ class S3Object(Storage):
         self.location = url
         self._bucket, self._key = _split(url)
         self._make_client = _client_factory(url, storage_options or {})
+        self._probe = _probe.Gate(url, storage_options or {})  # proves the server honours conditions
         self._client: Any = None
         self._client_pid = -1
         # ETag of the version last read or written; None: there was no object; _UNKNOWN: forgotten.
@@ -241,6 +242,7 @@ class S3Object(Storage):
     def replace(self, data: bytes) -> None:
         if self._etag is _UNKNOWN:  # pragma: no cover - the store reads before writing then
             raise Conflict()
+        self._probe.check(self)  # the first write of the process to this server: proves the condition works
         condition = {"IfNoneMatch": "*"} if self._etag is None else {"IfMatch": self._etag}
         try:
             # Interrupted, the write may or may not have landed: the store forgets the version
@@ -313,6 +315,22 @@ class S3Object(Storage):
             aside = f"{base}-{n}"
         self._last = None
         return f"s3://{self._bucket}/{aside}"
+
+    # -- for _probe: the endpoint, another object on the same client, deleting it -----------------
+
+    def endpoint(self) -> str:
+        endpoint = str(self._s3().meta.endpoint_url)
+        self.requests -= 1  # none was sent: the client knows where it sends them
+        return endpoint
+
+    def beside(self, url: str) -> S3Object:
+        other = S3Object(url, {_probe.OPTION: "unchecked"})
+        other._client, other._client_pid = self._client, self._client_pid  # no new client (~6 ms)
+        return other
+
+    def remove(self) -> None:
+        with _interrupts.interruptible():
+            self._s3().delete_object(Bucket=self._bucket, Key=self._key)
 
     def close(self) -> None:
         client, self._client, self._client_pid = self._client, None, -1
