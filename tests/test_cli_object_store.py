@@ -98,7 +98,7 @@ def test_storage_option_values_are_json_only_where_json_is_meant(capsys: pytest.
      "az://c/ts.json: corrupt works on local files only (show, get, set, delete and check also work on s3://, "
      "gs:// and az:// URLs). Copy the object down and give its local path."),
     (["show", "gs://b/k", "--storage-option", "bogus=1"],
-     "unknown storage option(s) 'bogus' for gs://b/k; the options understood are endpoint_url, project, token "
+     "unknown storage option(s) 'bogus' for gs://b/k; the options understood are conditional_writes, endpoint_url, project, token "
      "(named as in gcsfs)"),
 ])
 def test_url_usage_errors_are_one_line_before_any_request(capsys: pytest.CaptureFixture[str], args: list[str],

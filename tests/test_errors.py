@@ -12,6 +12,7 @@ import pytest
 
 import trainstatus
 from trainstatus import (
+    TrainingStatusBackendError,
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
     TrainingStatusCorruptError,
@@ -47,6 +48,7 @@ ERRORS = {
     TrainingStatusValueError: (ValueError,),
     TrainingStatusCheckpointError: (OSError,),
     TrainingStatusDependencyError: (ImportError,),
+    TrainingStatusBackendError: (),
 }
 WARNINGS = (
     TrainingStatusWarning,

@@ -497,18 +497,57 @@ def test_lock_and_history_options_are_refused_naming_the_store(bucket: Any) -> N
     assert str(caught.value).startswith(f"history=3 is kept for local files only; {url!r} is {article} {bucket.scheme}:// object.")
 
 
-def test_the_first_write_hook_runs_once_per_endpoint_and_process(bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainstatus import _object_store
+def test_the_probe_of_conditional_writes_passes_once_per_endpoint_and_leaves_nothing(bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each server refuses a stale condition (this module's first test), so the probe
+    # (trainstatus._probe, tested in depth on S3 in test_probe.py) must pass on each, once per
+    # endpoint and process, through each adapter's own requests and delete.
+    from trainstatus import _probe
 
-    calls: list[str] = []
-    monkeypatch.setattr(_object_store, "_written_endpoints", set())
-    monkeypatch.setattr(_object_store.ObjectStorage, "before_first_write", lambda self: calls.append(self.endpoint))
+    probed: list[str] = []
+    real = _probe._probe
+    monkeypatch.setattr(_probe, "_honoured", set())
+    monkeypatch.setattr(_probe, "_probe", lambda storage, endpoint: (probed.append(endpoint), real(storage, endpoint))[1])
     first, second = open_at(bucket), open_at(bucket, key="other/training_status.json")
-    assert calls == []  # opening reads only
+    assert probed == []  # opening reads only
     first.set("a", "x", 1)
     second.set("a", "x", 1)
     first.set("a", "y", 2)
-    assert len(calls) == 1 and calls[0].endswith(bucket.endpoint_url + ("/devstoreaccount1/" if bucket.scheme == "az" else ""))
+    assert len(probed) == 1 and probed[0].startswith(bucket.endpoint_url)
+    assert sorted(bucket.keys()) == sorted([KEY, "other/training_status.json"])  # the probe object removed
+    assert stored(bucket)["a"] == {"x": 1, "y": 2}
+
+
+def test_a_server_that_ignores_conditional_writes_is_refused_on_every_backend(bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server behind a proxy that strips each backend's condition (S3's and Azure's headers,
+    # GCS's query parameter) applies every write: the first write must be refused, nothing written.
+    from _s3proxy import Proxy
+
+    from trainstatus import TrainingStatusBackendError, _probe
+
+    monkeypatch.setattr(_probe, "_honoured", set())
+    with Proxy(bucket.endpoint_url, strip=("If-Match", "If-None-Match"), strip_query=("ifGenerationMatch",)) as proxy:
+        options = dict(bucket.storage_options)
+        if "connection_string" in options:
+            # A shared-key signature covers the headers the proxy strips (Azurite would answer 403):
+            # a SAS token, which signs none, as a user of SAS tokens sends.
+            import datetime
+
+            from _objectservers import AZURE_ACCOUNT, AZURE_KEY
+            from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+            sas = generate_account_sas(
+                AZURE_ACCOUNT, AZURE_KEY, ResourceTypes(service=True, container=True, object=True),
+                AccountSasPermissions(read=True, write=True, delete=True, list=True, create=True, add=True),
+                expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+            options = {"connection_string": f"BlobEndpoint={proxy.endpoint_url}/{AZURE_ACCOUNT};SharedAccessSignature={sas}"}
+        else:
+            options["endpoint_url"] = proxy.endpoint_url
+        store = StatusStore(bucket.url(KEY), storage_options=options)  # type: ignore[call-arg]
+        with pytest.raises(TrainingStatusBackendError, match="ignores conditional writes") as caught:
+            store.set("a", "x", 1)
+        assert caught.value.endpoint.startswith(proxy.endpoint_url)
+        store.close()
+    assert bucket.keys() == []  # neither the status nor the probe object
 
 
 def test_an_object_deleted_behind_the_stores_back_counts_as_changed(bucket: Any) -> None:

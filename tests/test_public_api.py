@@ -20,6 +20,7 @@ EXPECTED_ALL = [
     "StatusMetaData",
     "StatusStore",
     "StatusType",
+    "TrainingStatusBackendError",
     "TrainingStatusCheckpointError",
     "TrainingStatusCheckpointWarning",
     "TrainingStatusConflictError",

@@ -33,7 +33,7 @@ from trainstatus import (
     TrainingStatusWriteError,
 )
 
-OPTIONS_LIST = "anon, client_kwargs, config_kwargs, endpoint_url, key, profile, region_name, secret, token"
+OPTIONS_LIST = "anon, client_kwargs, conditional_writes, config_kwargs, endpoint_url, key, profile, region_name, secret, token"
 # Fail fast where the server is meant to be unreachable (botocore's own retries are the spec's default).
 NO_RETRY = {"retries": {"total_max_attempts": 1}, "connect_timeout": 2, "read_timeout": 5}
 

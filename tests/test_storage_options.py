@@ -124,7 +124,7 @@ def test_gcs_token_of_a_service_account_file_and_dict(tmp_path: Path) -> None:
 
 GCS_BAD = [
     ({"key": "x"}, TrainingStatusValueError,
-     f"Unknown storage option(s) 'key' for {GS_URL}; the options understood are endpoint_url, project, token "
+     f"Unknown storage option(s) 'key' for {GS_URL}; the options understood are conditional_writes, endpoint_url, project, token "
      "(named as in gcsfs)."),
     ({"project": 5}, TrainingStatusTypeError, f"storage_options['project'] must be a str or None, not 'int' (5), for {GS_URL}."),
     ({"endpoint_url": 4443}, TrainingStatusTypeError,
@@ -224,7 +224,7 @@ def test_without_options_azure_takes_adlfs_environment(monkeypatch: pytest.Monke
 AZ_BAD = [
     ({"account_url": "x"}, TrainingStatusValueError,
      f"Unknown storage option(s) 'account_url' for {AZ_URL}; the options understood are account_host, account_key, "
-     "account_name, connection_string, credential, sas_token (named as in adlfs)."),
+     "account_name, conditional_writes, connection_string, credential, sas_token (named as in adlfs)."),
     ({"account_name": 5}, TrainingStatusTypeError,
      f"storage_options['account_name'] must be a str or None, not 'int' (5), for {AZ_URL}."),
     ({"account_name": "acct", "account_key": "not base64!"}, TrainingStatusValueError,

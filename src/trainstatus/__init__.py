@@ -12,6 +12,7 @@ that never opens a store does not pay for them (orjson alone takes about 30 ms t
 """
 
 from ._errors import (
+    TrainingStatusBackendError,
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
     TrainingStatusConflictError,
@@ -76,6 +77,7 @@ __all__ = [
     "StatusMetaData",
     "StatusStore",
     "StatusType",
+    "TrainingStatusBackendError",
     "TrainingStatusCheckpointError",
     "TrainingStatusCheckpointWarning",
     "TrainingStatusConflictError",

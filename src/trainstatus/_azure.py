@@ -59,7 +59,7 @@ class AzureBlob(ObjectStorage):
     container_word = "container"
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(url)
+        super().__init__(url, storage_options)
         self.scheme, self.container, self.name, host = _split(url)
         self._prefix = url[:len(self.scheme) + 3 + len(url.partition("://")[2].partition("/")[0])]
         given = dict(storage_options or {})
@@ -70,7 +70,7 @@ class AzureBlob(ObjectStorage):
             options = {name: os.environ[variable] for name, variable in _ENVIRONMENT.items() if os.environ.get(variable)}
         self._client = self._make_client_from(url, options, host)
         self._client_pid = os.getpid()
-        self.endpoint = f"azure:{self._client.url.partition('?')[0]}"  # no SAS token in it
+        self.endpoint = self._client.url.partition('?')[0]  # no SAS token in it
 
     def _make_client_from(self, url: str, options: Mapping[str, Any], host: str | None) -> Any:
         from azure.storage.blob import BlobServiceClient
@@ -177,6 +177,9 @@ class AzureBlob(ObjectStorage):
             answer = blob.upload_blob(data, overwrite=True, etag=version, match_condition=MatchConditions.IfNotModified,
                                       content_settings=settings, retry_total=0)
         return str(answer["etag"])
+
+    def _delete(self, client: Any, name: str) -> None:
+        self._blob(client, name).delete_blob(retry_total=0)
 
     def _classify(self, exc: BaseException, *, writing: bool) -> Failure:
         from azure.core import exceptions

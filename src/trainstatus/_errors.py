@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "TrainingStatusBackendError",
     "TrainingStatusCheckpointError",
     "TrainingStatusCheckpointWarning",
     "TrainingStatusConflictError",
@@ -140,6 +141,25 @@ class TrainingStatusConflictError(TrainingStatusError, TimeoutError):
     def __init__(self, message: str, **context: Any) -> None:
         OSError.__init__(self, message)
         self._set_context(context)
+
+
+class TrainingStatusBackendError(TrainingStatusError):
+    """The object store at ``endpoint`` cannot keep a status safely: it ignores conditional writes.
+
+    Raised by the first write to a server that accepted a write it had to refuse (checked once per
+    server and process, on an object of its own beside the status), so concurrent writers would
+    silently lose each other's values. Nothing of the call was written. For a status only one
+    writer ever writes, ``storage_options={"conditional_writes": "unchecked"}`` skips the check.
+    """
+
+    def __init__(self, message: str, *, endpoint: str | None = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.endpoint = endpoint
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = self._context()
+        context["endpoint"] = self.endpoint
+        return (_rebuild, (type(self), str(self), context))
 
 
 class TrainingStatusCorruptError(TrainingStatusError):

@@ -102,7 +102,7 @@ class GCSObject(ObjectStorage):
     """A JSON document stored as one Google Cloud Storage object."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(url)
+        super().__init__(url, storage_options)
         self.scheme, self.container, self.name = _split(url)
         options = dict(storage_options or {})
         check_options(url, options, _KINDS, "gcsfs")
@@ -117,7 +117,7 @@ class GCSObject(ObjectStorage):
         self._project = options.get("project")
         self._endpoint_url = endpoint
         self._credentials = _credentials(url, options.get("token"))
-        self.endpoint = "gcs:" + (endpoint or os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com")
+        self.endpoint = (endpoint or os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com")
 
     def _make_client(self) -> Any:
         from google.cloud import storage
@@ -143,6 +143,9 @@ class GCSObject(ObjectStorage):
         blob.upload_from_string(data, content_type="application/json", timeout=_TIMEOUT, retry=None,
                                 if_generation_match=0 if version is None else int(version))
         return str(blob.generation)
+
+    def _delete(self, client: Any, name: str) -> None:
+        self._blob(client, name).delete(timeout=_TIMEOUT, retry=None)
 
     def _classify(self, exc: BaseException, *, writing: bool) -> Failure:
         import google.auth.exceptions

@@ -22,15 +22,15 @@ read to a new name, create-only, and is then replaced by the next conditional wr
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import importlib
 import logging
 import os
-import threading
 from collections.abc import Mapping
 from typing import Any, ContextManager, NamedTuple
 
-from . import _interrupts
+from . import _interrupts, _probe
 from ._errors import (
     TrainingStatusDependencyError,
     TrainingStatusReadError,
@@ -68,6 +68,7 @@ def check_options(url: str, options: Mapping[str, Any], kinds: Mapping[str, Any]
     ``kinds`` maps each option to the type its value must have (None is always allowed), or to
     None where the adapter checks the value itself.
     """
+    kinds = {**kinds, _probe.OPTION: None}  # every object store's: the probe checks its value
     unknown = sorted(set(options) - set(kinds))
     if unknown:
         raise TrainingStatusValueError(
@@ -96,34 +97,23 @@ def import_sdk(url: str, module: str, package: str, extra: str) -> Any:
         ) from exc
 
 
-# Endpoints this process has written to (see ObjectStorage.before_first_write).
-_written_endpoints: set[tuple[int, str]] = set()
-_written_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    global _written_lock
-    _written_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class ObjectStorage(Storage):
     """A JSON document stored as one object, written with conditional uploads.
 
     Subclasses set ``scheme``, ``container`` (bucket or container name), ``name`` (the object's
-    name in it) and ``endpoint`` (what identifies the server, for ``before_first_write``), and
-    implement the ``_``-methods below.
+    name in it) and ``endpoint`` (the server's URL: the probe that it honours conditional writes
+    runs once per endpoint and process, ``_probe``), and implement the ``_``-methods below.
     """
 
     conditional = True
     scheme = ""  # as the URLs of moved-aside copies are written: "s3", "gs", "az"
     container_word = "bucket"  # what the SDK calls a container, for messages
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         self.location = url
+        # Checks the conditional_writes option now, and before the first write proves that the
+        # server honours the condition (unless the option says not to).
+        self._probe = _probe.Gate(url, options or {})
         self.container = ""
         self.name = ""
         self.endpoint = ""
@@ -153,6 +143,10 @@ class ObjectStorage(Storage):
         """Upload ``data`` as ``name`` only if its version is ``version`` (None: only if there is
         no object); the new version. Sent once, or, where the SDK retries it, ``_classify`` says so
         (``Failure.retried``): a retry refused because its own first try landed is no conflict."""
+        raise NotImplementedError
+
+    def _delete(self, client: Any, name: str) -> None:
+        """Delete ``name``, unconditionally (only the probe's own object is ever deleted)."""
         raise NotImplementedError
 
     def _classify(self, exc: BaseException, *, writing: bool) -> Failure:
@@ -239,26 +233,28 @@ class ObjectStorage(Storage):
     def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
         return contextlib.nullcontext()  # the condition on each write does the excluding
 
-    def before_first_write(self) -> None:
-        """Run once per endpoint and process, before this process's first write to it.
+    # -- what the probe of conditional writes uses (_probe.Probed) -----------------------------------
 
-        The one place for a check of the endpoint itself (the probe that the server honours the
-        condition, issue 24): it may send requests through ``self._put`` on a name of its own.
-        """
+    def beside(self, url: str) -> ObjectStorage:
+        """A storage on the object ``url`` (this object's URL plus a suffix) of the same server,
+        sharing this one's client, with no probe of its own."""
+        if not url.startswith(self.location):  # pragma: no cover - the probe's names always do
+            raise ValueError(f"{url!r} is not beside {self.location!r}")
+        other = copy.copy(self)
+        other.location, other.name = url, self.name + url[len(self.location):]
+        other._probe = _probe.Gate(url, {_probe.OPTION: "unchecked"})
+        other._version, other._last = _UNKNOWN, None
+        return other
 
-    def _first_write(self) -> None:
-        key = (os.getpid(), self.endpoint)
-        if key in _written_endpoints:
-            return
-        self.before_first_write()
-        with _written_lock:
-            _written_endpoints.add(key)
+    def remove(self) -> None:
+        with _interrupts.interruptible():
+            self._delete(self._connection(), self.name)
 
     def replace(self, data: bytes) -> None:
         if self._version is _UNKNOWN:  # pragma: no cover - the store reads before writing then
             raise Conflict()
         version: str | None = self._version  # type: ignore[assignment]
-        self._first_write()
+        self._probe.check(self)
         try:
             # Interrupted, the write may or may not have landed: the store forgets the version
             # then, and its next write reads the object first.

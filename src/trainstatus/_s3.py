@@ -122,11 +122,14 @@ class S3Object(ObjectStorage):
     scheme = "s3"
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(url)
+        super().__init__(url, storage_options)
         self.container, self.name = _split(url)
         options = storage_options or {}
         self._make_client = _client_factory(url, options)  # type: ignore[method-assign]
-        self.endpoint = f"s3:{options.get('endpoint_url') or (options.get('client_kwargs') or {}).get('endpoint_url') or 'aws'}"
+        # The server, as botocore picks it (the probe of conditional writes runs once per endpoint).
+        self.endpoint = str(options.get("endpoint_url") or (options.get("client_kwargs") or {}).get("endpoint_url")
+                            or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                            or "https://s3.amazonaws.com")
 
     def _s3(self) -> Any:
         return self._connection()
@@ -143,6 +146,9 @@ class S3Object(ObjectStorage):
         answer = client.put_object(Bucket=self.container, Key=name, Body=data,
                                    ContentType="application/json", **condition)
         return str(answer["ETag"])
+
+    def _delete(self, client: Any, name: str) -> None:
+        client.delete_object(Bucket=self.container, Key=name)
 
     def _classify(self, exc: BaseException, *, writing: bool) -> Failure:
         code, status = _code(exc)
