@@ -344,7 +344,7 @@ def test_run_transaction_runs_once_on_a_local_file(tmp_path: Path) -> None:
 @pytest.fixture
 def always_losing(s3: Bucket) -> Iterator[tuple[StatusStore, StatusStore, list[int]]]:
     """A store whose every PUT loses to a rival store that writes just before it."""
-    store, rival = open_s3(s3, lock_timeout=0.4), open_s3(s3)
+    store, rival = open_s3(s3, lock_timeout=1.5), open_s3(s3)
     store.set("mine", "kept", 0)
     written: list[int] = []
 
@@ -363,7 +363,7 @@ def test_conflicts_past_lock_timeout_raise_conflict_error(s3: Bucket, always_los
     assert isinstance(caught.value, TimeoutError) and isinstance(caught.value, TrainingStatusError)
     assert caught.value.path == s3.url()
     assert str(caught.value) == (
-        f"Could not save {s3.url()}: other writers kept changing it for 0.4 s (lock_timeout), each "
+        f"Could not save {s3.url()}: other writers kept changing it for 1.5 s (lock_timeout), each "
         "time before this store's conditional write landed, so nothing of this call was written. "
         "Open the store with a longer lock_timeout=, or write less often."
     )
