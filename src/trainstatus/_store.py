@@ -1,30 +1,4 @@
-"""The store: the document in memory, written through to storage on every change.
-
-Memory model. ``_doc`` is the document as this store last read or wrote it (category -> key ->
-``Entry``); it is never mutated, only replaced, so ``get`` reads it without a lock and never sees
-half of a change. ``_pending`` holds changes not yet written: one key for a plain ``set``, many
-inside a transaction. A write, under the lock: if the stored file changed since ``_doc`` was taken
-(another process or store wrote it), re-read it into ``_doc``; lay ``_pending`` over it key by key;
-write that; make it the new ``_doc``. If the write fails, ``_doc`` still is what is on disk and the
-pending change is dropped, so memory always matches the file.
-
-Group commit. A plain ``set`` does not write alone when other threads are setting on the same
-store: its change joins the open ``_Batch``. The first thread to find no write in progress leads:
-it takes the locks, then the batch (every change queued by then, its own included), writes it once
-and hands the outcome to every thread whose change it carried. So each ``set`` still returns only
-after a write holding its change is durable, and raises if that write failed. A thread whose change
-is still queued when its ``lock_timeout`` runs out takes it back and raises; once taken, a change
-is written (the leader holds every lock by then) and its thread waits for the outcome.
-
-Storage without a lock (an ``s3://`` object, ``Storage.conditional``). A write does not ask first
-whether the object changed: its conditional ``replace`` fails with ``Conflict`` if it did, and the
-store then re-reads, lays ``_pending`` over the new version key by key and tries again after a
-jittered, growing pause, until the call's ``lock_timeout`` is spent. Changes to different keys
-therefore never lose each other. A transaction's body may have decided on values it read, so a
-transaction also remembers which keys its body read (``_tx_reads``); if another writer changed one
-of them, retrying the writes alone would be wrong, and the transaction fails with ``_StaleRead``
-instead (``run_transaction`` runs the body again).
-"""
+"""The store: the document in memory, written through to storage on every change (being split by concern)."""
 
 from __future__ import annotations
 
@@ -39,9 +13,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from . import _history, _interrupts, _locking
+from . import _fork, _history, _interrupts, _locking
 from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
 from ._errors import (
@@ -58,98 +32,30 @@ from ._errors import (
     TrainingStatusWriteError,
     warn,
 )
-from ._location import check_location
-from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
-from ._s3 import S3Object, is_s3_url
-from ._storage import Conflict, LocalFile, Storage
+from ._load import (
+    METADATA,
+    STATUS_FORMAT_VERSION,
+    Corrupt,
+    Document,
+    check_metadata,
+    is_newer_format,
+    load_document,
+)
+from ._options import DEFAULT_HISTORY, check_lock_timeout, open_storage
+from ._storage import Conflict, Storage
 from ._version import __version__
 
-__all__ = ["StatusStore"]
+OWN_METADATA = ("stats_format_version", "trainstatus_version")
 
-logger = logging.getLogger("trainstatus")
-
-_OWN_METADATA = ("stats_format_version", "trainstatus_version")
 _OWN_ENTRIES = {  # their entries, the same for every store (entries are immutable)
     "stats_format_version": encode_loaded(STATUS_FORMAT_VERSION),
     "trainstatus_version": encode_loaded(__version__),
 }
-_live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
-# Named for the API reference: run_transaction(func: Callable[[StatusStore], Result]) -> Result.
-Result = TypeVar("Result")
-_ALL = ("", "")  # in ``_tx_reads``: the body read the whole document (``to_dict``)
-# Pause after a lost conditional write: grows from the first to the longest, each jittered
-# between half and all of it, so that writers that collided do not collide again in step.
-_FIRST_BACKOFF = 0.01
-_LONGEST_BACKOFF = 1.0
 
+ALL = ("", "")  # in ``_tx_reads``: the body read the whole document (``to_dict``)
 
-# How often a store removes temp files of dead writers after another process's write (see _sync).
-_CLEANUP_EVERY = 1.0
-
-
-def _path_option(path: Any) -> str:
-    """``path`` as ``open()`` takes it (str, bytes or os.PathLike), as a str."""
-    try:
-        given = os.fspath(path)
-    except TypeError:
-        raise TrainingStatusTypeError(
-            f"path must be a str, bytes or os.PathLike (pathlib.Path), not {type(path).__name__!r} "
-            f"({path!r}); give the status file's path, e.g. 'results/run1/run_logs/training_status.json'.",
-        ) from None
-    return os.fsdecode(given) if isinstance(given, bytes) else given
-
-
-_OPTION_TYPES = {bool: "True or False", str: "a str", Mapping: "a dict (a mapping) or None",
-                 float: "a number of seconds or None", int: "a number of versions (an int) or None"}
-DEFAULT_HISTORY = 20  # versions kept beside a local file (a few KB each)
-_CHECKPOINT_KEYS = frozenset({CHECKPOINTS, FINAL_CHECKPOINT})
-
-
-def _check_option(name: str, value: Any, kind: type, location: str) -> None:
-    """Refuse an option of the wrong type, such as a string from a YAML config ("no" for False)."""
-    if value is None and kind is Mapping:
-        return
-    if kind is bool and type(value) is bool:
-        return
-    if kind is not bool and kind is not float and isinstance(value, kind) and not (kind is int and type(value) is bool):
-        return
-    hint = ""
-    if isinstance(value, str):
-        hint = " (options read from a config file arrive as strings: convert them first)"
-    raise TrainingStatusTypeError(
-        f"StatusStore option {name}= must be {_OPTION_TYPES[kind]}, not {type(value).__name__!r} "
-        f"({value!r}), for {location}{hint}.",
-        path=location,
-    )
-
-
-_AGAIN = "set the value again"  # what the storage's write errors say to do once the cause is fixed
-
-
-@contextlib.contextmanager
-def _retold(todo: str) -> Iterator[None]:
-    """Make a write error say ``todo`` (``delete it again``) where the storage, which does not
-    know which call wrote, says to set the value again."""
-    try:
-        yield
-    except TrainingStatusWriteError as exc:
-        message = str(exc)
-        if _AGAIN not in message:
-            raise
-        retold = TrainingStatusWriteError(message.replace(_AGAIN, todo), errno=exc.errno, **exc._context())
-        retold.__dict__.update({k: v for k, v in vars(exc).items() if k not in vars(retold)})
-        raise retold from exc.__cause__
-
-
-class _NotRestored(Exception):
-    """A version of the history could not be written back at open; the message says so."""
-
-
-class _StaleRead(TrainingStatusConflictError):
-    """A transaction's body read a key another writer changed before the transaction was written."""
-
-
-def _name(value: Any, what: str, location: str) -> str:
+def as_name(value: Any, what: str, location: str) -> str:
+    """``value`` (a str, or an Enum whose value is one) as the str it names; ``what`` for the error."""
     if type(value) is str:
         return value
     if isinstance(value, enum.Enum):
@@ -169,9 +75,62 @@ def _name(value: Any, what: str, location: str) -> str:
         path=location,
     )
 
+Change = tuple[tuple[str, str], Entry]
 
-_Change = tuple[tuple[str, str], Entry]
+def apply(document: Mapping[str, dict[str, Entry]], pending: Mapping[tuple[str, str], Entry | None]) -> dict[str, dict[str, Entry]]:
+    """``document`` with ``pending`` laid over it, copying only the categories it touches.
 
+    A category whose last key is deleted goes too; one that was empty on disk is left alone.
+    """
+    result = dict(document)
+    touched: dict[str, dict[str, Entry]] = {}
+    for (category, key), entry in pending.items():
+        entries = touched.get(category)
+        if entries is None:
+            entries = touched[category] = dict(result.get(category, {}))
+            result[category] = entries
+        if entry is None:
+            entries.pop(key, None)
+        else:
+            entries[key] = entry
+    for category, entries in touched.items():
+        if not entries:
+            del result[category]
+    return result
+
+logger = logging.getLogger("trainstatus")
+
+_CHECKPOINT_KEYS = frozenset({CHECKPOINTS, FINAL_CHECKPOINT})
+
+class _NotRestored(Exception):
+    """A version of the history could not be written back at open; the message says so."""
+
+logger = logging.getLogger("trainstatus")
+
+FIRST_BACKOFF = 0.01
+
+_LONGEST_BACKOFF = 1.0
+
+_CLEANUP_EVERY = 1.0
+
+class _StaleRead(TrainingStatusConflictError):
+    """A transaction's body read a key another writer changed before the transaction was written."""
+
+_AGAIN = "set the value again"  # what the storage's write errors say to do once the cause is fixed
+
+@contextlib.contextmanager
+def retold(todo: str) -> Iterator[None]:
+    """Make a write error say ``todo`` (``delete it again``) where the storage, which does not
+    know which call wrote, says to set the value again."""
+    try:
+        yield
+    except TrainingStatusWriteError as exc:
+        message = str(exc)
+        if _AGAIN not in message:
+            raise
+        again = TrainingStatusWriteError(message.replace(_AGAIN, todo), errno=exc.errno, **exc._context())
+        again.__dict__.update({k: v for k, v in vars(exc).items() if k not in vars(again)})
+        raise again from exc.__cause__
 
 class _Batch:
     """Changes of several threads' ``set`` calls, written together by one of them (the leader)."""
@@ -179,11 +138,10 @@ class _Batch:
     __slots__ = ("changes", "done", "error", "taken")
 
     def __init__(self) -> None:
-        self.changes: list[_Change] = []  # in arrival order: a later set of the same key wins
+        self.changes: list[Change] = []  # in arrival order: a later set of the same key wins
         self.taken = False  # the leader holds the locks and is writing it; no change joins or leaves
         self.done = False
         self.error: BaseException | None = None
-
 
 def _error_for_waiter(error: BaseException, location: str) -> BaseException:
     """The failure of a group write as raised in a thread whose change it carried, not the leader.
@@ -209,30 +167,9 @@ def _error_for_waiter(error: BaseException, location: str) -> BaseException:
     failure.__cause__ = error
     return failure
 
+_S = TypeVar("_S", bound="StatusStore")
 
-def _apply(document: Mapping[str, dict[str, Entry]], pending: Mapping[tuple[str, str], Entry | None]) -> dict[str, dict[str, Entry]]:
-    """``document`` with ``pending`` laid over it, copying only the categories it touches.
-
-    A category whose last key is deleted goes too; one that was empty on disk is left alone.
-    """
-    result = dict(document)
-    touched: dict[str, dict[str, Entry]] = {}
-    for (category, key), entry in pending.items():
-        entries = touched.get(category)
-        if entries is None:
-            entries = touched[category] = dict(result.get(category, {}))
-            result[category] = entries
-        if entry is None:
-            entries.pop(key, None)
-        else:
-            entries[key] = entry
-    for category, entries in touched.items():
-        if not entries:
-            del result[category]
-    return result
-
-
-class _Transaction:
+class _Transaction(Generic[_S]):
     """What ``StatusStore.transaction()`` returns: a class, not a generator, for ``__enter__``.
 
     Once the transaction is open the only way out is ``__exit__``, which the with statement calls
@@ -244,7 +181,7 @@ class _Transaction:
 
     __slots__ = ("main", "opened", "outer", "savepoint", "stack", "start", "store")
 
-    def __init__(self, store: StatusStore, start: float | None = None) -> None:
+    def __init__(self, store: _S, start: float | None = None) -> None:
         self.store = store
         self.start = start
         self.main = False
@@ -253,12 +190,12 @@ class _Transaction:
         self.savepoint: tuple[dict[tuple[str, str], Entry | None], bool, bool] = ({}, False, False)
         self.stack = contextlib.ExitStack()
 
-    def __enter__(self) -> StatusStore:
+    def __enter__(self) -> _S:
         if self.opened:
             raise TrainingStatusError(
-                f"This transaction on {self.store.path} is already open; call store.transaction() "
+                f"This transaction on {self.store._location} is already open; call store.transaction() "
                 "again for a nested one.",
-                path=self.store.path,
+                path=self.store._location,
             )
         self.opened = True
         main = self.main = _interrupts.enter()
@@ -292,7 +229,15 @@ class _Transaction:
             if self.main:
                 _interrupts.leave()
 
+_interrupts.BOUNDARIES.update((_Transaction.__enter__.__code__, _Transaction.__exit__.__code__))
 
+__all__ = ["DEFAULT_HISTORY", "StatusStore"]
+
+_live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
+
+_fork.watch(_live_stores)
+
+Result = TypeVar("Result")
 
 
 class StatusStore:
@@ -338,138 +283,26 @@ class StatusStore:
       PUT, retried over the new version when another writer got in first.
     """
 
-    @_interrupts.protected
-    def __init__(
-        self,
-        path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
-        *,
-        resume: bool = False,
-        durable: bool = True,
-        lock_timeout: float | None = 30.0,
-        lock: str = "flock",
-        metadata: Mapping[str, Any] | None = None,
-        strict: bool = False,
-        allow_downgrade: bool = False,
-        history: int | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        given = _path_option(path)
-        _check_option("resume", resume, bool, given)
-        _check_option("durable", durable, bool, given)
-        _check_option("strict", strict, bool, given)
-        _check_option("allow_downgrade", allow_downgrade, bool, given)
-        _check_option("lock", lock, str, given)
-        _check_option("metadata", metadata, Mapping, given)
-        _check_option("storage_options", storage_options, Mapping, given)
-        if history is not None:
-            _check_option("history", history, int, given)
-            if history < 0:
-                raise TrainingStatusValueError(
-                    f"StatusStore option history= must be a number of versions >= 0 (0: keep none; None: the "
-                    f"default, {DEFAULT_HISTORY}), not {history!r}, for {given}.",
-                    path=given,
-                )
-        if lock_timeout is not None and (type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float))):
-            _check_option("lock_timeout", lock_timeout, float, given)
-        check_location(given)
-        if lock not in _locking.LOCK_MODES:
-            raise TrainingStatusValueError(
-                f"StatusStore option lock= must be one of {', '.join(map(repr, _locking.LOCK_MODES))}, "
-                f"not {lock!r}, for {given}.",
-                path=given,
-            )
-        if lock != "flock" and isinstance(given, str) and is_s3_url(given):
-            raise TrainingStatusValueError(
-                f"lock={lock!r} is for local paths; {given!r} is an s3:// object, which takes no lock "
-                "(writes are conditional). Leave lock= out.",
-                path=given,
-            )
-        storage: Storage
-        if isinstance(given, str) and is_s3_url(given):
-            if history:
-                raise TrainingStatusValueError(
-                    f"history={history} is kept for local files only; {given!r} is an s3:// object. "
-                    "Turn on versioning in the bucket to keep earlier versions, and leave history= out.",
-                    path=given,
-                )
-            storage = S3Object(given, storage_options)
-        elif storage_options is not None:
-            raise TrainingStatusValueError(
-                f"storage_options= is for s3:// URLs; {given!r} is a local path, which takes none. "
-                "Leave storage_options out, or give an s3://bucket/key URL.",
-                path=given,
-            )
-        else:
-            storage = LocalFile(os.path.abspath(given), durable=durable, lock=lock,
-                                history=DEFAULT_HISTORY if history is None else history)
-        self._init(storage, resume=resume, lock_timeout=lock_timeout,
-                   metadata=metadata, strict=strict, allow_downgrade=allow_downgrade)
-
-    @classmethod
-    def _on_storage(cls, storage: Storage, **options: Any) -> StatusStore:
-        store = cls.__new__(cls)
-        store._init(storage, **options)
-        return store
-
-    def _init(
-        self,
-        storage: Storage,
-        *,
-        resume: bool = False,
-        lock_timeout: float | None = 30.0,
-        metadata: Mapping[str, Any] | None = None,
-        strict: bool = False,
-        allow_downgrade: bool = False,
-    ) -> None:
-        if lock_timeout is not None and not lock_timeout >= 0:
-            raise TrainingStatusValueError(
-                f"StatusStore option lock_timeout= must be a number of seconds >= 0 (0: do not wait) or None "
-                f"(wait forever), not {lock_timeout!r}, for {storage.location}.",
-                path=storage.location,
-            )
-        if lock_timeout is not None and lock_timeout > threading.TIMEOUT_MAX:
-            lock_timeout = None  # longer than the platform can wait for (inf included): forever
+    def _init_document(self, storage: Storage, metadata: Mapping[str, Any] | None) -> None:
         self._storage = storage
         self._location = storage.location
-        self._resume = resume
-        self._lock_timeout = lock_timeout
-        self._strict = strict
-        self._allow_downgrade = allow_downgrade
-        self._mutex = threading.RLock()
-        self._guard_depth = 0  # guarded by _mutex
-        self._queue = threading.Lock()  # guards the three below
-        self._open_batch: _Batch | None = None  # where a set joins; None until a set opens one
-        self._writing = False  # a leader is writing (or waiting for the locks to write)
-        # Threads waiting for a group write or for the turn to lead, each on its own taken Lock,
-        # released to wake it (what a Condition does, but the wait is a C-level acquire, which
-        # an interrupt leaves either taken or not: see _interrupts).
-        self._waiters: list[threading.Lock] = []
-        self._deadline: float | None = None  # of the outermost guarded call; guarded by _mutex
         self._pending: dict[tuple[str, str], Entry | None] = {}
         self._save_requested = False
         self._cleared = False  # clear() pending: start from an empty document, own metadata only
         self._tx_depth = 0
         self._tx_owner: int | None = None
-        self._tx_reads: set[tuple[str, str]] | None = None  # see the module doc; guarded by _mutex
-        self._vanished = False  # the last read after opening found no document at all
-        self._tx_generation = _locking.generation
-        self._forked_in_transaction = False
-        self._closed = False
-        self._cleaned = False
-        self._last_cleanup = -_CLEANUP_EVERY  # when _sync last removed leftovers (monotonic)
+        # The keys a transaction's body read, on conditional storage (see _conflicts).
+        self._tx_reads: set[tuple[str, str]] | None = None
         self._own_metadata = self._metadata_entries(metadata or {})
         self._doc: dict[str, dict[str, Entry]] = {}
         self._meta: dict[str, Entry] = {}
         self._newer_format: str | None = None
-        self._load(initial=True, locked=False)
-        self._clean_leftovers_at_open()
-        _live_stores.add(self)
 
     def _metadata_entries(self, metadata: Mapping[str, Any]) -> dict[str, Entry]:
         entries = dict(_OWN_ENTRIES)
         for field, value in metadata.items():
-            name = _name(field, "metadata field", self._location)
-            if name in _OWN_METADATA:
+            name = as_name(field, "metadata field", self._location)
+            if name in OWN_METADATA:
                 raise TrainingStatusValueError(
                     f"The metadata field {name!r} is written by trainstatus itself and cannot be "
                     f"given for {self._location}; leave it out of metadata=.",
@@ -478,219 +311,18 @@ class StatusStore:
             entries[name] = encode_value(value, path=self._location, category=METADATA, key=name)
         return entries
 
-    # -- public API --------------------------------------------------------------------------
+    def _registered_metadata(self) -> dict[str, Any]:
+        return {k: decode(e) for k, e in self._own_metadata.items() if k not in OWN_METADATA}
 
-    @property
-    def path(self) -> str:
-        """The absolute path of the status file, as given (a symlink is not resolved here)."""
-        return self._location
-
-    def get(self, category: str | enum.Enum, key: str | enum.Enum, /, default: Any = None) -> Any:
-        """The value at ``category``/``key``, or ``default``; a copy, read from memory only.
-
-        Mutating what is returned changes nothing in the store: ``set`` is the only way in. The
-        metadata block can be read as category ``"metadata"``. Values written by other processes
-        are seen after the next write, ``transaction()`` or ``reload()`` of this store.
-        """
-        if type(category) is str and type(key) is str and category != METADATA and not (
-                self._pending or self._cleared or self._tx_reads is not None):
-            # The common case in a few lookups, without the calls _name and _lookup make for
-            # Enum names and transactions (a small value's get is mostly such overhead).
-            entries = self._doc.get(category)
-            entry = None if entries is None else entries.get(key)
-            return default if entry is None else decode(entry)
-        category_name, key_name = _name(category, "category", self._location), _name(key, "key", self._location)
-        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
-            self._note_read(category_name, key_name)
-        entry = self._lookup(category_name, key_name)
-        return default if entry is None else decode(entry)
-
-    @_interrupts.protected
-    def set(self, category: str | enum.Enum, key: str | enum.Enum, value: Any, /) -> None:
-        """Store ``value`` at ``category``/``key`` and write the file before returning.
-
-        Values: dicts with str keys, lists, tuples, str, int (64-bit), float (NaN and infinities
-        included), bool, None, dataclasses, enums, datetimes, UUIDs, numpy arrays and scalars.
-        numpy values are stored as the Python numbers they equal: integers and ``bool_`` as int
-        and bool, every float (float16, float32, float64, 0-d arrays included) as the float64
-        ``float(x)`` gives, digit for digit (``np.float32(0.1)`` is stored as
-        ``0.10000000149011612``). Strings may hold lone surrogates (a non-UTF-8 file name decoded
-        with ``surrogateescape``), written as ``\\uXXXX`` escapes; a high surrogate directly
-        followed by a low one raises ``TrainingStatusValueError``. Anything else raises
-        ``TrainingStatusTypeError`` before anything is written.
-        """
-        category_name, key_name = self._writable(category, key)
-        entry = encode_value(value, path=self._location, category=category_name, key=key_name)
-        if self._tx_owner == threading.get_ident():  # only this thread sets it to its own ident
-            if self._tx_depth and not (self._closed or self._forked_in_transaction):
-                # In this thread's transaction, which holds the mutex: the change joins it.
-                self._pending[(category_name, key_name)] = entry
-                return
-            with self._guard():
-                self._pending[(category_name, key_name)] = entry
-                if self._tx_depth:  # joins this thread's transaction
-                    return
-                try:
-                    self._commit()
-                finally:
-                    self._pending.clear()
-            return
-        self._set_grouped(((category_name, key_name), entry))
-
-    @_interrupts.protected
-    def delete(self, category: str | enum.Enum, key: str | enum.Enum, /) -> bool:
-        """Remove ``category``/``key`` and write the file; False (and no write) if it was absent.
-
-        A category whose last key is deleted is removed too.
-        """
-        category_name, key_name = self._writable(category, key)
-        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
-            # Inside the caller's transaction, what delete returns is a read the body may act on.
-            self._note_read(category_name, key_name)
-        with _retold("delete it again"), self.transaction():
-            if self._lookup(category_name, key_name) is None:
-                return False
-            self._pending[(category_name, key_name)] = None
-            return True
-
-    @_interrupts.protected
-    def clear(self) -> None:
-        """Start the document over, in one write: every category goes.
-
-        The metadata block is rewritten with this store's own fields only (format version,
-        trainstatus version, ``metadata=``), dropping fields a previous writer left there.
-        """
-        with _retold("clear the store again"), self.transaction():
-            self._pending.clear()
-            self._cleared = True
-
-    @_interrupts.protected
-    def save(self) -> None:
-        """Write the whole document now, even if nothing changed (creates a missing file).
-
-        Inside a transaction, the transaction's final write does it.
-        """
-        with _retold("save again"), self._guard():
-            self._save_requested = True
-            if self._tx_depth:
-                return
-            try:
-                self._commit()
-            finally:
-                self._save_requested = False
-
-    def transaction(self) -> contextlib.AbstractContextManager[StatusStore]:
-        """Group changes into one write, atomic with respect to other writers.
-
-        The lock is held for the whole body, after first picking up what other processes wrote,
-        so a read-modify-write inside it (an increment) is safe across processes. ``get``, ``set``
-        and ``delete`` of this store from this thread join it; other threads wait. The file is
-        written once, at the end. An exception inside writes nothing and leaves memory as it was.
-        Transactions nest; only the outermost writes.
-        """
-        return _Transaction(self)
-
-    def _begin(self, tx: _Transaction) -> None:
-        """Open ``tx``: the guard, and for the outermost the lock and what others wrote."""
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self._guard(tx.start))
-            tx.outer = self._tx_depth == 0
-            if tx.outer:
-                stack.enter_context(self._storage.lock(self._remaining(), configured=self._lock_timeout))
-                self._sync()
-                if self._storage.conditional:
-                    self._tx_reads = set()
-                self._tx_owner = threading.get_ident()
-                self._tx_generation = _locking.generation
-                stack.callback(self._end_transaction)
-            tx.savepoint = (dict(self._pending), self._save_requested, self._cleared)
-            self._tx_depth += 1
-            tx.stack = stack.pop_all()
-
-    def _end(self, tx: _Transaction, failed: bool) -> None:
-        """Close ``tx``: roll back (``failed``) or, for the outermost, write; then let go."""
-        with tx.stack:
-            self._tx_depth -= 1
-            if failed:
-                self._pending, self._save_requested, self._cleared = tx.savepoint
-                return
-            if tx.outer and (self._pending or self._save_requested or self._cleared):
-                if self._tx_generation != _locking.generation:
-                    raise TrainingStatusError(
-                        f"A transaction on {self._location} was opened before this process was "
-                        "forked; it is not committed in the child. Open a new StatusStore in the "
-                        "child and redo the changes there.",
-                        path=self._location,
-                    )
-                self._commit()
-
-    def run_transaction(self, func: Callable[[StatusStore], Result], /) -> Result:
-        """``func(store)`` inside ``transaction()``; its result. Run again if that was stale.
-
-        For a read-modify-write that must hold across writers on every kind of storage, e.g. a
-        shared counter: ``store.run_transaction(lambda s: s.set("c", "n", s.get("c", "n", 0) + 1))``.
-        On a local file the lock excludes every other writer, so ``func`` runs once. On ``s3://``,
-        where nothing locks, if another writer changed a key ``func`` read before the transaction
-        could be written, ``func`` runs again on the new state (so it should do nothing but read and
-        set on the store), until ``lock_timeout`` runs out (``TrainingStatusConflictError``).
-        Inside another transaction of this thread it just joins it.
-        """
-        start = time.monotonic()
-        deadline = None if self._lock_timeout is None else start + self._lock_timeout
-        backoff = _FIRST_BACKOFF
-        while True:
-            try:
-                with _Transaction(self, start):
-                    return func(self)
-            except _StaleRead:
-                if self._tx_depth and self._tx_owner == threading.get_ident():
-                    raise  # joined an outer transaction: that one must be redone
-                backoff = self._pause(backoff, None, deadline)
-
-    @_interrupts.protected
-    def reload(self) -> None:
-        """Read the file again if another writer changed it (no write, no lock held after)."""
-        with self._guard():
-            if self._storage.changed():
-                self._load(initial=False, locked=False)
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        """The whole document as a plain dict (a copy), metadata block last."""
-        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
-            self._tx_reads.add(_ALL)
-        result = {category: {key: decode(entry) for key, entry in entries.items()}
-                  for category, entries in self._view().items()}
-        result[METADATA] = {key: decode(entry) for key, entry in self._meta_view().items()}
-        return result
-
-    @_interrupts.protected
-    def close(self) -> None:
-        """Release the file handle this store keeps; later writes raise. ``get`` still works.
-
-        Closing a closed store does nothing (so ``close()`` inside ``with StatusStore(...)`` is fine).
-        """
-        if self._closed:
-            return
-        with self._guard():
-            if self._tx_depth:
-                raise TrainingStatusError(
-                    f"Cannot close the store on {self._location} inside its transaction; close it "
-                    "after the with block.",
-                    path=self._location,
-                )
-            self._closed = True
-            self._storage.close()
-
-    def __enter__(self) -> StatusStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"StatusStore({self._location!r})"
-
-    # -- reading -----------------------------------------------------------------------------
+    def _install(self, document: Document) -> None:
+        found = None if document.metadata is None else document.metadata.get("stats_format_version")
+        self._newer_format = str(found) if is_newer_format(found) else None
+        meta = document.metadata_entries  # taken out of the file's bytes, when it was render's
+        if meta is None:
+            meta = {key: encode_loaded(value) for key, value in (document.metadata or {}).items()}
+        meta.update(self._own_metadata)
+        self._meta = meta
+        self._doc = document.categories
 
     def _lookup(self, category: str, key: str) -> Entry | None:
         if (self._pending or self._cleared) and self._tx_owner == threading.get_ident():
@@ -708,13 +340,105 @@ class StatusStore:
     def _view(self) -> dict[str, dict[str, Entry]]:
         """The document as this thread sees it (its own transaction's changes included)."""
         if (self._pending or self._cleared) and self._tx_owner == threading.get_ident():
-            return _apply({} if self._cleared else self._doc, self._pending)
+            return apply({} if self._cleared else self._doc, self._pending)
         return self._doc
 
     def _meta_view(self) -> dict[str, Entry]:
         if self._cleared and self._tx_owner == threading.get_ident():
             return self._own_metadata
         return self._meta
+
+    def _note_read(self, category: str, key: str) -> None:
+        # A key this transaction already set is read from its own change, not from storage.
+        if (category, key) not in self._pending and not (self._cleared and category != METADATA):
+            self._tx_reads.add((category, key))  # type: ignore[union-attr]  # checked by the caller
+
+    def _writable(self, category: str | enum.Enum, key: str | enum.Enum) -> tuple[str, str]:
+        if type(category) is str and type(key) is str and category != METADATA and category.isascii() and key.isascii():
+            return category, key  # the common case, without four calls
+        category_name = as_name(category, "category", self._location)
+        key_name = as_name(key, "key", self._location)
+        check_name(category_name, "category", self._location)
+        check_name(key_name, "key", self._location)
+        if category_name == METADATA:
+            raise TrainingStatusValueError(
+                f"Cannot change {METADATA}/{key_name} in {self._location}: the category "
+                f"{METADATA!r} is reserved for the metadata block. Pass metadata={{...}} when opening "
+                "the store to add fields to it.",
+                path=self._location, category=METADATA, key=key_name,
+            )
+        return category_name, key_name
+
+    def _init_guard(self, lock_timeout: float | None) -> None:
+        self._lock_timeout = lock_timeout
+        self._mutex = threading.RLock()
+        self._guard_depth = 0  # guarded by _mutex
+        self._deadline: float | None = None  # of the outermost guarded call; guarded by _mutex
+        self._forked_in_transaction = False
+        self._closed = False
+
+    def _busy(self, timeout: float | None) -> TrainingStatusLockTimeout:
+        return TrainingStatusLockTimeout(
+            f"Could not use {self._location} within {timeout} s: another thread of this "
+            "process is using this store (a transaction, or a write waiting for the lock). "
+            "Let it finish, or open the store with a longer lock_timeout=.",
+            path=self._location,
+            lock_file=self._storage.lock_file,
+        )
+
+    @contextlib.contextmanager
+    def _guard(self, start: float | None = None) -> Iterator[None]:
+        """Hold this store's mutex; ``lock_timeout`` counts from ``start`` (default: now) for the
+        whole call."""
+        timeout = self._lock_timeout
+        if timeout is None:
+            deadline = None
+            acquired = _interrupts.acquire(self._mutex, None)
+        else:
+            deadline = (time.monotonic() if start is None else start) + timeout
+            acquired = _interrupts.acquire(self._mutex, max(0.0, deadline - time.monotonic()))
+        if not acquired:
+            raise self._busy(timeout)
+        if self._guard_depth == 0:
+            self._deadline = deadline
+        self._guard_depth += 1
+        try:
+            if self._closed:
+                raise TrainingStatusError(
+                    f"The store on {self._location} is closed; open a new StatusStore to change it.",
+                    path=self._location,
+                )
+            if self._forked_in_transaction:
+                raise TrainingStatusError(
+                    f"This StatusStore on {self._location} was inside a transaction when the "
+                    "process forked, so it cannot be used in the child; open a new StatusStore here.",
+                    path=self._location,
+                )
+            yield
+        finally:
+            self._guard_depth -= 1
+            self._mutex.release()
+
+    def _remaining(self) -> float | None:
+        """Seconds left of the current call's ``lock_timeout`` (guard held)."""
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def _after_fork_in_child_guard(self) -> None:
+        # The thread holding the mutex did not come along; inside a transaction, though, the
+        # child's copy of it is half done, and must not be written (see _guard).
+        if self._tx_depth:
+            self._forked_in_transaction = True
+        else:
+            self._mutex = threading.RLock()
+            self._guard_depth = 0
+
+    def _init_opening(self, *, resume: bool, strict: bool) -> None:
+        self._resume = resume
+        self._strict = strict
+        self._vanished = False  # the last read after opening found no document at all
+        self._cleaned = False  # leftovers of dead writers removed (at open or before a first write)
 
     def _load(self, *, initial: bool, locked: bool) -> None:
         data = self._storage.read()
@@ -800,19 +524,6 @@ class StatusStore:
             moved_to=moved,
         ))
 
-    def _registered_metadata(self) -> dict[str, Any]:
-        return {k: decode(e) for k, e in self._own_metadata.items() if k not in _OWN_METADATA}
-
-    def _install(self, document: Document) -> None:
-        found = None if document.metadata is None else document.metadata.get("stats_format_version")
-        self._newer_format = str(found) if is_newer_format(found) else None
-        meta = document.metadata_entries  # taken out of the file's bytes, when it was render's
-        if meta is None:
-            meta = {key: encode_loaded(value) for key, value in (document.metadata or {}).items()}
-        meta.update(self._own_metadata)
-        self._meta = meta
-        self._doc = document.categories
-
     def _damaged(self, reason: str, *, initial: bool, locked: bool) -> None:
         if self._strict:
             raise TrainingStatusCorruptError(
@@ -866,7 +577,6 @@ class StatusStore:
         ))
         if initial:
             self._install(Document({}, None))
-        # Otherwise keep _doc: the last good state this store knew beats an empty document.
 
     def _missing_checkpoint_files(self) -> str:
         """A sentence naming the checkpoint files the document lists that are gone ("" if none).
@@ -921,25 +631,150 @@ class StatusStore:
             self._storage.cleanup()
             self._cleaned = True
 
-    # -- writing -----------------------------------------------------------------------------
+    def _init_conflicts(self) -> None:
+        self._last_cleanup = -_CLEANUP_EVERY  # when _sync last removed leftovers (monotonic)
 
-    def _writable(self, category: str | enum.Enum, key: str | enum.Enum) -> tuple[str, str]:
-        if type(category) is str and type(key) is str and category != METADATA and category.isascii() and key.isascii():
-            return category, key  # the common case, without four calls
-        category_name = _name(category, "category", self._location)
-        key_name = _name(key, "key", self._location)
-        check_name(category_name, "category", self._location)
-        check_name(key_name, "key", self._location)
-        if category_name == METADATA:
-            raise TrainingStatusValueError(
-                f"Cannot change {METADATA}/{key_name} in {self._location}: the category "
-                f"{METADATA!r} is reserved for the metadata block. Pass metadata={{...}} when opening "
-                "the store to add fields to it.",
-                path=self._location, category=METADATA, key=key_name,
+    def _sync(self, *, ask: bool = True) -> None:
+        """With the lock held: pick up a file another writer changed since we last saw it.
+
+        ``ask=False``: only if the storage already knows it is out of date (see ``Storage.stale``).
+        """
+        if self._storage.changed() if ask else self._storage.stale():
+            logger.debug("%s changed on disk; merging", self._location)
+            self._load(initial=False, locked=True)
+            # A change we did not make: its writer may have died since, leaving a temp file. At
+            # most once a second: processes taking turns on one file reload at every write, and a
+            # listing of the directory each time was a fifth of the handoff (issue 13).
+            now = time.monotonic()
+            if now - self._last_cleanup >= _CLEANUP_EVERY:
+                self._last_cleanup = now
+                self._storage.cleanup()
+
+    def _after_conflict(self, backoff: float) -> float:
+        """Wait, then read the version that won; ``_StaleRead`` if it changed what the body read."""
+        try:
+            backoff = self._pause(backoff, "conflict")
+        except TrainingStatusConflictError:
+            # Out of time: still show what won (other writers' values), as a write that lost does.
+            with contextlib.suppress(TrainingStatusReadError):
+                self._sync(ask=False)
+            raise
+        seen_doc, seen_meta = self._doc, self._meta
+        self._sync(ask=False)
+        stale = self._stale_read(seen_doc, seen_meta)
+        if stale is not None:
+            whole = stale == ALL
+            what = "the document" if whole else f"{stale[0]}/{stale[1]}"
+            raise _StaleRead(
+                f"Another writer changed {what} in {self._location} after this transaction read "
+                "it, so the transaction was not written: its changes may rest on the old value. "
+                "Run it again on the new state (store.run_transaction(func) does that).",
+                path=self._location,
+                category=None if whole else stale[0],
+                key=None if whole else stale[1],
             )
-        return category_name, key_name
+        return backoff
 
-    def _set_grouped(self, change: _Change) -> None:
+    def _stale_read(self, seen_doc: dict[str, dict[str, Entry]], seen_meta: dict[str, Entry]) -> tuple[str, str] | None:
+        """The first key the transaction read whose stored value differs from ``seen_*``."""
+        for category, key in sorted(self._tx_reads or ()):
+            if self._vanished:  # deleted meanwhile: whatever the body read is gone
+                return category, key
+            if (category, key) == ALL:
+                if seen_doc != self._doc or seen_meta != self._meta:
+                    return ALL
+            elif category == METADATA:
+                if seen_meta.get(key) != self._meta.get(key):
+                    return category, key
+            elif seen_doc.get(category, {}).get(key) != self._doc.get(category, {}).get(key):
+                return category, key
+        return None
+
+    def _pause(self, backoff: float, why: str | None, deadline: float | None | bool = False) -> float:
+        """Sleep about ``backoff`` s (jittered) within ``deadline`` (default: the call's); the next backoff."""
+        delay = random.uniform(backoff / 2, backoff)
+        if deadline is False:
+            deadline = self._deadline
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TrainingStatusConflictError(
+                    f"Could not save {self._location}: other writers kept changing it for "
+                    f"{self._lock_timeout} s (lock_timeout), each time before this store's "
+                    "conditional write landed, so nothing of this call was written. Open the store "
+                    "with a longer lock_timeout=, or write less often.",
+                    path=self._location,
+                )
+            delay = min(delay, left)
+        logger.debug("%s: %s; retrying in %.3f s", self._location, why or "stale transaction", delay)
+        _interrupts.sleep(delay)
+        return min(2 * backoff, _LONGEST_BACKOFF)
+
+    def _init_committing(self, *, allow_downgrade: bool) -> None:
+        self._allow_downgrade = allow_downgrade
+
+    def _commit(self) -> None:
+        """Write ``_doc`` with ``_pending`` laid over it (guard held; lock taken if not held)."""
+        with self._storage.lock(self._remaining(), configured=self._lock_timeout):
+            self._write()
+
+    def _write(self) -> None:
+        """``_commit`` with the lock held (on conditional storage: retried, see the module doc)."""
+        backoff = FIRST_BACKOFF
+        while True:
+            try:
+                self._write_once()
+                return
+            except Conflict:
+                backoff = self._after_conflict(backoff)
+
+    def _write_once(self) -> None:
+        self._sync(ask=False)
+        if not self._cleaned:
+            self._storage.cleanup()
+            self._cleaned = True
+        if self._newer_format is not None and not self._allow_downgrade:
+            raise TrainingStatusVersionError(
+                f"Refusing to write {self._location}: it has format version "
+                f"{self._newer_format!r}, newer than the {STATUS_FORMAT_VERSION!r} this "
+                "trainstatus writes, and rewriting it would drop what this version does not "
+                "understand. Upgrade trainstatus, or open the store with allow_downgrade=True "
+                f"to rewrite it in format {STATUS_FORMAT_VERSION}.",
+                path=self._location,
+                found_version=self._newer_format,
+            )
+        document = apply({} if self._cleared else self._doc, self._pending)
+        meta = dict(self._own_metadata) if self._cleared else self._meta
+        data = render({**document, METADATA: meta})
+        try:
+            self._storage.replace(data)
+        except Conflict:
+            raise
+        except TrainingStatusWriteError as exc:
+            if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
+                self._doc, self._meta = document, meta
+            self._storage.take_warning()  # the error says more than a kept version's warning
+            raise
+        except BaseException:
+            # Interrupted (Ctrl-C) somewhere around the rename: whether the file changed is
+            # unknown, so the next write reads it again rather than trust memory.
+            self._storage.forget()
+            raise
+        self._doc, self._meta = document, meta
+        unkept = self._storage.take_warning()
+        if unkept is not None:
+            warn(unkept)  # after memory took the write: -W error cannot leave it behind the file
+
+    def _init_group_commit(self) -> None:
+        self._queue = threading.Lock()  # guards the three below
+        self._open_batch: _Batch | None = None  # where a set joins; None until a set opens one
+        self._writing = False  # a leader is writing (or waiting for the locks to write)
+        # Threads waiting for a group write or for the turn to lead, each on its own taken Lock,
+        # released to wake it (what a Condition does, but the wait is a C-level acquire, which
+        # an interrupt leaves either taken or not: see _interrupts).
+        self._waiters: list[threading.Lock] = []
+
+    def _set_grouped(self, change: Change) -> None:
         """Write ``change`` together with whatever other threads are setting (see the module doc)."""
         start = time.monotonic()
         timeout = self._lock_timeout
@@ -1006,7 +841,7 @@ class StatusStore:
         for waiter in waiters:
             waiter.release()
 
-    def _withdraw(self, batch: _Batch, change: _Change) -> None:
+    def _withdraw(self, batch: _Batch, change: Change) -> None:
         """Take ``change`` out of a batch not yet taken (``_queue`` held)."""
         for index, queued in enumerate(batch.changes):
             if queued is change:
@@ -1035,53 +870,47 @@ class StatusStore:
                 self._writing = False
                 self._wake_all()
 
-    def _busy(self, timeout: float | None) -> TrainingStatusLockTimeout:
-        return TrainingStatusLockTimeout(
-            f"Could not use {self._location} within {timeout} s: another thread of this "
-            "process is using this store (a transaction, or a write waiting for the lock). "
-            "Let it finish, or open the store with a longer lock_timeout=.",
-            path=self._location,
-            lock_file=self._storage.lock_file,
-        )
+    def _after_fork_in_child(self) -> None:
+        # Changes other threads had queued are theirs to write, in the parent.
+        self._init_group_commit()
+        self._after_fork_in_child_guard()
 
-    @contextlib.contextmanager
-    def _guard(self, start: float | None = None) -> Iterator[None]:
-        """Hold this store's mutex; ``lock_timeout`` counts from ``start`` (default: now) for the
-        whole call."""
-        timeout = self._lock_timeout
-        if timeout is None:
-            deadline = None
-            acquired = _interrupts.acquire(self._mutex, None)
-        else:
-            deadline = (time.monotonic() if start is None else start) + timeout
-            acquired = _interrupts.acquire(self._mutex, max(0.0, deadline - time.monotonic()))
-        if not acquired:
-            raise self._busy(timeout)
-        if self._guard_depth == 0:
-            self._deadline = deadline
-        self._guard_depth += 1
-        try:
-            if self._closed:
-                raise TrainingStatusError(
-                    f"The store on {self._location} is closed; open a new StatusStore to change it.",
-                    path=self._location,
-                )
-            if self._forked_in_transaction:
-                raise TrainingStatusError(
-                    f"This StatusStore on {self._location} was inside a transaction when the "
-                    "process forked, so it cannot be used in the child; open a new StatusStore here.",
-                    path=self._location,
-                )
-            yield
-        finally:
-            self._guard_depth -= 1
-            self._mutex.release()
+    def _init_transactions(self) -> None:
+        self._tx_generation = _locking.generation  # a transaction opened before a fork is not the child's
 
-    def _remaining(self) -> float | None:
-        """Seconds left of the current call's ``lock_timeout`` (guard held)."""
-        if self._deadline is None:
-            return None
-        return max(0.0, self._deadline - time.monotonic())
+    def _begin(self, tx: _Transaction[Any]) -> None:
+        """Open ``tx``: the guard, and for the outermost the lock and what others wrote."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._guard(tx.start))
+            tx.outer = self._tx_depth == 0
+            if tx.outer:
+                stack.enter_context(self._storage.lock(self._remaining(), configured=self._lock_timeout))
+                self._sync()
+                if self._storage.conditional:
+                    self._tx_reads = set()
+                self._tx_owner = threading.get_ident()
+                self._tx_generation = _locking.generation
+                stack.callback(self._end_transaction)
+            tx.savepoint = (dict(self._pending), self._save_requested, self._cleared)
+            self._tx_depth += 1
+            tx.stack = stack.pop_all()
+
+    def _end(self, tx: _Transaction[Any], failed: bool) -> None:
+        """Close ``tx``: roll back (``failed``) or, for the outermost, write; then let go."""
+        with tx.stack:
+            self._tx_depth -= 1
+            if failed:
+                self._pending, self._save_requested, self._cleared = tx.savepoint
+                return
+            if tx.outer and (self._pending or self._save_requested or self._cleared):
+                if self._tx_generation != _locking.generation:
+                    raise TrainingStatusError(
+                        f"A transaction on {self._location} was opened before this process was "
+                        "forked; it is not committed in the child. Open a new StatusStore in the "
+                        "child and redo the changes there.",
+                        path=self._location,
+                    )
+                self._commit()
 
     def _end_transaction(self) -> None:
         self._tx_reads = None
@@ -1090,164 +919,231 @@ class StatusStore:
         self._cleared = False
         self._tx_owner = None
 
-    def _note_read(self, category: str, key: str) -> None:
-        # A key this transaction already set is read from its own change, not from storage.
-        if (category, key) not in self._pending and not (self._cleared and category != METADATA):
-            self._tx_reads.add((category, key))  # type: ignore[union-attr]  # checked by the caller
+    @_interrupts.protected
+    def __init__(
+        self,
+        path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+        *,
+        resume: bool = False,
+        durable: bool = True,
+        lock_timeout: float | None = 30.0,
+        lock: str = "flock",
+        metadata: Mapping[str, Any] | None = None,
+        strict: bool = False,
+        allow_downgrade: bool = False,
+        history: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        storage = open_storage(
+            path, resume=resume, durable=durable, lock_timeout=lock_timeout, lock=lock, metadata=metadata,
+            strict=strict, allow_downgrade=allow_downgrade, history=history, storage_options=storage_options,
+        )
+        self._init(storage, resume=resume, lock_timeout=lock_timeout,
+                   metadata=metadata, strict=strict, allow_downgrade=allow_downgrade)
 
-    def _sync(self, *, ask: bool = True) -> None:
-        """With the lock held: pick up a file another writer changed since we last saw it.
+    @classmethod
+    def _on_storage(cls, storage: Storage, **options: Any) -> StatusStore:
+        store = cls.__new__(cls)
+        store._init(storage, **options)
+        return store
 
-        ``ask=False``: only if the storage already knows it is out of date (see ``Storage.stale``).
+    def _init(
+        self,
+        storage: Storage,
+        *,
+        resume: bool = False,
+        lock_timeout: float | None = 30.0,
+        metadata: Mapping[str, Any] | None = None,
+        strict: bool = False,
+        allow_downgrade: bool = False,
+    ) -> None:
+        lock_timeout = check_lock_timeout(lock_timeout, storage.location)
+        self._init_document(storage, metadata)
+        self._init_guard(lock_timeout)
+        self._init_opening(resume=resume, strict=strict)
+        self._init_conflicts()
+        self._init_committing(allow_downgrade=allow_downgrade)
+        self._init_group_commit()
+        self._init_transactions()
+        self._load(initial=True, locked=False)
+        self._clean_leftovers_at_open()
+        _live_stores.add(self)
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the status file, as given (a symlink is not resolved here)."""
+        return self._location
+
+    def get(self, category: str | enum.Enum, key: str | enum.Enum, /, default: Any = None) -> Any:
+        """The value at ``category``/``key``, or ``default``; a copy, read from memory only.
+
+        Mutating what is returned changes nothing in the store: ``set`` is the only way in. The
+        metadata block can be read as category ``"metadata"``. Values written by other processes
+        are seen after the next write, ``transaction()`` or ``reload()`` of this store.
         """
-        if self._storage.changed() if ask else self._storage.stale():
-            logger.debug("%s changed on disk; merging", self._location)
-            self._load(initial=False, locked=True)
-            # A change we did not make: its writer may have died since, leaving a temp file. At
-            # most once a second: processes taking turns on one file reload at every write, and a
-            # listing of the directory each time was a fifth of the handoff (issue 13).
-            now = time.monotonic()
-            if now - self._last_cleanup >= _CLEANUP_EVERY:
-                self._last_cleanup = now
-                self._storage.cleanup()
+        if type(category) is str and type(key) is str and category != METADATA and not (
+                self._pending or self._cleared or self._tx_reads is not None):
+            # The common case in a few lookups, without the calls _name and _lookup make for
+            # Enum names and transactions (a small value's get is mostly such overhead).
+            entries = self._doc.get(category)
+            entry = None if entries is None else entries.get(key)
+            return default if entry is None else decode(entry)
+        category_name, key_name = as_name(category, "category", self._location), as_name(key, "key", self._location)
+        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
+            self._note_read(category_name, key_name)
+        entry = self._lookup(category_name, key_name)
+        return default if entry is None else decode(entry)
 
-    def _commit(self) -> None:
-        """Write ``_doc`` with ``_pending`` laid over it (guard held; lock taken if not held)."""
-        with self._storage.lock(self._remaining(), configured=self._lock_timeout):
-            self._write()
+    @_interrupts.protected
+    def set(self, category: str | enum.Enum, key: str | enum.Enum, value: Any, /) -> None:
+        """Store ``value`` at ``category``/``key`` and write the file before returning.
 
-    def _write(self) -> None:
-        """``_commit`` with the lock held (on conditional storage: retried, see the module doc)."""
-        backoff = _FIRST_BACKOFF
+        Values: dicts with str keys, lists, tuples, str, int (64-bit), float (NaN and infinities
+        included), bool, None, dataclasses, enums, datetimes, UUIDs, numpy arrays and scalars.
+        numpy values are stored as the Python numbers they equal: integers and ``bool_`` as int
+        and bool, every float (float16, float32, float64, 0-d arrays included) as the float64
+        ``float(x)`` gives, digit for digit (``np.float32(0.1)`` is stored as
+        ``0.10000000149011612``). Strings may hold lone surrogates (a non-UTF-8 file name decoded
+        with ``surrogateescape``), written as ``\\uXXXX`` escapes; a high surrogate directly
+        followed by a low one raises ``TrainingStatusValueError``. Anything else raises
+        ``TrainingStatusTypeError`` before anything is written.
+        """
+        category_name, key_name = self._writable(category, key)
+        entry = encode_value(value, path=self._location, category=category_name, key=key_name)
+        if self._tx_owner == threading.get_ident():  # only this thread sets it to its own ident
+            if self._tx_depth and not (self._closed or self._forked_in_transaction):
+                # In this thread's transaction, which holds the mutex: the change joins it.
+                self._pending[(category_name, key_name)] = entry
+                return
+            with self._guard():
+                self._pending[(category_name, key_name)] = entry
+                if self._tx_depth:  # joins this thread's transaction
+                    return
+                try:
+                    self._commit()
+                finally:
+                    self._pending.clear()
+            return
+        self._set_grouped(((category_name, key_name), entry))
+
+    @_interrupts.protected
+    def delete(self, category: str | enum.Enum, key: str | enum.Enum, /) -> bool:
+        """Remove ``category``/``key`` and write the file; False (and no write) if it was absent.
+
+        A category whose last key is deleted is removed too.
+        """
+        category_name, key_name = self._writable(category, key)
+        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
+            # Inside the caller's transaction, what delete returns is a read the body may act on.
+            self._note_read(category_name, key_name)
+        with retold("delete it again"), self.transaction():
+            if self._lookup(category_name, key_name) is None:
+                return False
+            self._pending[(category_name, key_name)] = None
+            return True
+
+    @_interrupts.protected
+    def clear(self) -> None:
+        """Start the document over, in one write: every category goes.
+
+        The metadata block is rewritten with this store's own fields only (format version,
+        trainstatus version, ``metadata=``), dropping fields a previous writer left there.
+        """
+        with retold("clear the store again"), self.transaction():
+            self._pending.clear()
+            self._cleared = True
+
+    @_interrupts.protected
+    def save(self) -> None:
+        """Write the whole document now, even if nothing changed (creates a missing file).
+
+        Inside a transaction, the transaction's final write does it.
+        """
+        with retold("save again"), self._guard():
+            self._save_requested = True
+            if self._tx_depth:
+                return
+            try:
+                self._commit()
+            finally:
+                self._save_requested = False
+
+    def transaction(self) -> contextlib.AbstractContextManager[StatusStore]:
+        """Group changes into one write, atomic with respect to other writers.
+
+        The lock is held for the whole body, after first picking up what other processes wrote,
+        so a read-modify-write inside it (an increment) is safe across processes. ``get``, ``set``
+        and ``delete`` of this store from this thread join it; other threads wait. The file is
+        written once, at the end. An exception inside writes nothing and leaves memory as it was.
+        Transactions nest; only the outermost writes.
+        """
+        return _Transaction(self)
+
+    def run_transaction(self, func: Callable[[StatusStore], Result], /) -> Result:
+        """``func(store)`` inside ``transaction()``; its result. Run again if that was stale.
+
+        For a read-modify-write that must hold across writers on every kind of storage, e.g. a
+        shared counter: ``store.run_transaction(lambda s: s.set("c", "n", s.get("c", "n", 0) + 1))``.
+        On a local file the lock excludes every other writer, so ``func`` runs once. On ``s3://``,
+        where nothing locks, if another writer changed a key ``func`` read before the transaction
+        could be written, ``func`` runs again on the new state (so it should do nothing but read and
+        set on the store), until ``lock_timeout`` runs out (``TrainingStatusConflictError``).
+        Inside another transaction of this thread it just joins it.
+        """
+        start = time.monotonic()
+        deadline = None if self._lock_timeout is None else start + self._lock_timeout
+        backoff = FIRST_BACKOFF
         while True:
             try:
-                self._write_once()
-                return
-            except Conflict:
-                backoff = self._after_conflict(backoff)
+                with _Transaction(self, start):
+                    return func(self)
+            except _StaleRead:
+                if self._tx_depth and self._tx_owner == threading.get_ident():
+                    raise  # joined an outer transaction: that one must be redone
+                backoff = self._pause(backoff, None, deadline)
 
-    def _after_conflict(self, backoff: float) -> float:
-        """Wait, then read the version that won; ``_StaleRead`` if it changed what the body read."""
-        try:
-            backoff = self._pause(backoff, "conflict")
-        except TrainingStatusConflictError:
-            # Out of time: still show what won (other writers' values), as a write that lost does.
-            with contextlib.suppress(TrainingStatusReadError):
-                self._sync(ask=False)
-            raise
-        seen_doc, seen_meta = self._doc, self._meta
-        self._sync(ask=False)
-        stale = self._stale_read(seen_doc, seen_meta)
-        if stale is not None:
-            whole = stale == _ALL
-            what = "the document" if whole else f"{stale[0]}/{stale[1]}"
-            raise _StaleRead(
-                f"Another writer changed {what} in {self._location} after this transaction read "
-                "it, so the transaction was not written: its changes may rest on the old value. "
-                "Run it again on the new state (store.run_transaction(func) does that).",
-                path=self._location,
-                category=None if whole else stale[0],
-                key=None if whole else stale[1],
-            )
-        return backoff
+    @_interrupts.protected
+    def reload(self) -> None:
+        """Read the file again if another writer changed it (no write, no lock held after)."""
+        with self._guard():
+            if self._storage.changed():
+                self._load(initial=False, locked=False)
 
-    def _stale_read(self, seen_doc: dict[str, dict[str, Entry]], seen_meta: dict[str, Entry]) -> tuple[str, str] | None:
-        """The first key the transaction read whose stored value differs from ``seen_*``."""
-        for category, key in sorted(self._tx_reads or ()):
-            if self._vanished:  # deleted meanwhile: whatever the body read is gone
-                return category, key
-            if (category, key) == _ALL:
-                if seen_doc != self._doc or seen_meta != self._meta:
-                    return _ALL
-            elif category == METADATA:
-                if seen_meta.get(key) != self._meta.get(key):
-                    return category, key
-            elif seen_doc.get(category, {}).get(key) != self._doc.get(category, {}).get(key):
-                return category, key
-        return None
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The whole document as a plain dict (a copy), metadata block last."""
+        if self._tx_reads is not None and self._tx_owner == threading.get_ident():
+            self._tx_reads.add(ALL)
+        result = {category: {key: decode(entry) for key, entry in entries.items()}
+                  for category, entries in self._view().items()}
+        result[METADATA] = {key: decode(entry) for key, entry in self._meta_view().items()}
+        return result
 
-    def _pause(self, backoff: float, why: str | None, deadline: float | None | bool = False) -> float:
-        """Sleep about ``backoff`` s (jittered) within ``deadline`` (default: the call's); the next backoff."""
-        delay = random.uniform(backoff / 2, backoff)
-        if deadline is False:
-            deadline = self._deadline
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TrainingStatusConflictError(
-                    f"Could not save {self._location}: other writers kept changing it for "
-                    f"{self._lock_timeout} s (lock_timeout), each time before this store's "
-                    "conditional write landed, so nothing of this call was written. Open the store "
-                    "with a longer lock_timeout=, or write less often.",
+    @_interrupts.protected
+    def close(self) -> None:
+        """Release the file handle this store keeps; later writes raise. ``get`` still works.
+
+        Closing a closed store does nothing (so ``close()`` inside ``with StatusStore(...)`` is fine).
+        """
+        if self._closed:
+            return
+        with self._guard():
+            if self._tx_depth:
+                raise TrainingStatusError(
+                    f"Cannot close the store on {self._location} inside its transaction; close it "
+                    "after the with block.",
                     path=self._location,
                 )
-            delay = min(delay, left)
-        logger.debug("%s: %s; retrying in %.3f s", self._location, why or "stale transaction", delay)
-        _interrupts.sleep(delay)
-        return min(2 * backoff, _LONGEST_BACKOFF)
+            self._closed = True
+            self._storage.close()
 
-    def _write_once(self) -> None:
-        self._sync(ask=False)
-        if not self._cleaned:
-            self._storage.cleanup()
-            self._cleaned = True
-        if self._newer_format is not None and not self._allow_downgrade:
-            raise TrainingStatusVersionError(
-                f"Refusing to write {self._location}: it has format version "
-                f"{self._newer_format!r}, newer than the {STATUS_FORMAT_VERSION!r} this "
-                "trainstatus writes, and rewriting it would drop what this version does not "
-                "understand. Upgrade trainstatus, or open the store with allow_downgrade=True "
-                f"to rewrite it in format {STATUS_FORMAT_VERSION}.",
-                path=self._location,
-                found_version=self._newer_format,
-            )
-        document = _apply({} if self._cleared else self._doc, self._pending)
-        meta = dict(self._own_metadata) if self._cleared else self._meta
-        data = render({**document, METADATA: meta})
-        try:
-            self._storage.replace(data)
-        except Conflict:
-            raise
-        except TrainingStatusWriteError as exc:
-            if getattr(exc, "_replaced", False):  # in the file, only its durability is unsure
-                self._doc, self._meta = document, meta
-            self._storage.take_warning()  # the error says more than a kept version's warning
-            raise
-        except BaseException:
-            # Interrupted (Ctrl-C) somewhere around the rename: whether the file changed is
-            # unknown, so the next write reads it again rather than trust memory.
-            self._storage.forget()
-            raise
-        self._doc, self._meta = document, meta
-        unkept = self._storage.take_warning()
-        if unkept is not None:
-            warn(unkept)  # after memory took the write: -W error cannot leave it behind the file
+    def __enter__(self) -> StatusStore:
+        return self
 
-    def _after_fork_in_child(self) -> None:
-        # Changes other threads had queued are theirs to write, in the parent.
-        self._queue = threading.Lock()
-        self._waiters = []
-        self._open_batch = None
-        self._writing = False
-        if self._tx_depth:
-            self._forked_in_transaction = True
-        else:
-            self._mutex = threading.RLock()
-            self._guard_depth = 0
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StatusStore({self._location!r})"
 
 
-# run_transaction is one too: its with statement's end, on the way out of the body (a line of its
-# own frame), comes before __exit__ is called. What is held back in those frames is delivered by
-# the next wait or the end of the transaction's call.
-_interrupts.BOUNDARIES.update(
-    (_Transaction.__enter__.__code__, _Transaction.__exit__.__code__, StatusStore.run_transaction.__code__)
-)
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_live_stores):
-        store._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_interrupts.BOUNDARIES.add(StatusStore.run_transaction.__code__)
