@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from . import _fork, _history, _interrupts, _locking
 from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
 from ._codec import Entry, decode, encode_value, render
-from ._document import ALL, Change, _Document, apply, as_name
+from ._document import ALL, Change, apply, as_name
 from ._errors import (
     TrainingStatusConflictError,
     TrainingStatusCorruptError,
@@ -31,6 +31,7 @@ from ._errors import (
     TrainingStatusWriteError,
     warn,
 )
+from ._guard import _Guarded
 from ._load import (
     METADATA,
     STATUS_FORMAT_VERSION,
@@ -184,7 +185,7 @@ _fork.watch(_live_stores)
 Result = TypeVar("Result")
 
 
-class StatusStore(_Document):
+class StatusStore(_Guarded):
     """A training status file kept on disk the moment it changes.
 
     ``StatusStore(path)`` opens (or prepares to create) the JSON document at ``path``: category
@@ -226,71 +227,6 @@ class StatusStore(_Document):
       AWS environment and files apply. Such a store takes no lock: each write is a conditional
       PUT, retried over the new version when another writer got in first.
     """
-
-    def _init_guard(self, lock_timeout: float | None) -> None:
-        self._lock_timeout = lock_timeout
-        self._mutex = threading.RLock()
-        self._guard_depth = 0  # guarded by _mutex
-        self._deadline: float | None = None  # of the outermost guarded call; guarded by _mutex
-        self._forked_in_transaction = False
-        self._closed = False
-
-    def _busy(self, timeout: float | None) -> TrainingStatusLockTimeout:
-        return TrainingStatusLockTimeout(
-            f"Could not use {self._location} within {timeout} s: another thread of this "
-            "process is using this store (a transaction, or a write waiting for the lock). "
-            "Let it finish, or open the store with a longer lock_timeout=.",
-            path=self._location,
-            lock_file=self._storage.lock_file,
-        )
-
-    @contextlib.contextmanager
-    def _guard(self, start: float | None = None) -> Iterator[None]:
-        """Hold this store's mutex; ``lock_timeout`` counts from ``start`` (default: now) for the
-        whole call."""
-        timeout = self._lock_timeout
-        if timeout is None:
-            deadline = None
-            acquired = _interrupts.acquire(self._mutex, None)
-        else:
-            deadline = (time.monotonic() if start is None else start) + timeout
-            acquired = _interrupts.acquire(self._mutex, max(0.0, deadline - time.monotonic()))
-        if not acquired:
-            raise self._busy(timeout)
-        if self._guard_depth == 0:
-            self._deadline = deadline
-        self._guard_depth += 1
-        try:
-            if self._closed:
-                raise TrainingStatusError(
-                    f"The store on {self._location} is closed; open a new StatusStore to change it.",
-                    path=self._location,
-                )
-            if self._forked_in_transaction:
-                raise TrainingStatusError(
-                    f"This StatusStore on {self._location} was inside a transaction when the "
-                    "process forked, so it cannot be used in the child; open a new StatusStore here.",
-                    path=self._location,
-                )
-            yield
-        finally:
-            self._guard_depth -= 1
-            self._mutex.release()
-
-    def _remaining(self) -> float | None:
-        """Seconds left of the current call's ``lock_timeout`` (guard held)."""
-        if self._deadline is None:
-            return None
-        return max(0.0, self._deadline - time.monotonic())
-
-    def _after_fork_in_child_guard(self) -> None:
-        # The thread holding the mutex did not come along; inside a transaction, though, the
-        # child's copy of it is half done, and must not be written (see _guard).
-        if self._tx_depth:
-            self._forked_in_transaction = True
-        else:
-            self._mutex = threading.RLock()
-            self._guard_depth = 0
 
     def _init_opening(self, *, resume: bool, strict: bool) -> None:
         self._resume = resume
@@ -731,7 +667,7 @@ class StatusStore(_Document):
     def _after_fork_in_child(self) -> None:
         # Changes other threads had queued are theirs to write, in the parent.
         self._init_group_commit()
-        self._after_fork_in_child_guard()
+        super()._after_fork_in_child()
 
     def _init_transactions(self) -> None:
         self._tx_generation = _locking.generation  # a transaction opened before a fork is not the child's
