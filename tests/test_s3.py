@@ -759,18 +759,18 @@ def test_what_delete_returned_inside_a_transaction_is_a_read(s3: Bucket) -> None
 
 
 def test_an_interrupted_read_is_forgotten_so_the_next_write_reads_again(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._store
+    import trainstatus._opening
 
     store, rival = open_s3(s3), open_s3(s3)
     store.set("c", "ours", 1)
     rival.set("c", "rival", 1)  # acknowledged to the rival
-    real = trainstatus._store.load_document
+    real = trainstatus._opening.load_document
 
     def interrupted(data: bytes) -> Any:
-        monkeypatch.setattr(trainstatus._store, "load_document", real)
+        monkeypatch.setattr(trainstatus._opening, "load_document", real)
         raise KeyboardInterrupt  # Ctrl-C while the document read is parsed
 
-    monkeypatch.setattr(trainstatus._store, "load_document", interrupted)
+    monkeypatch.setattr(trainstatus._opening, "load_document", interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.reload()
     store.set("c", "ours", 2)
