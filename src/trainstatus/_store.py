@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import enum
-import logging
 import os
-import random
 import threading
 import time
 import weakref
@@ -16,30 +14,17 @@ from typing import Any, Generic, TypeVar
 
 from . import _fork, _interrupts, _locking
 from ._codec import Entry, decode, encode_value, render
+from ._conflicts import FIRST_BACKOFF, _Conflicts, _StaleRead
 from ._document import ALL, Change, apply, as_name
 from ._errors import (
-    TrainingStatusConflictError,
     TrainingStatusError,
-    TrainingStatusReadError,
     TrainingStatusVersionError,
     TrainingStatusWriteError,
     warn,
 )
 from ._load import METADATA, STATUS_FORMAT_VERSION
-from ._opening import _Opening
 from ._options import DEFAULT_HISTORY, check_lock_timeout, open_storage
 from ._storage import Conflict, Storage
-
-logger = logging.getLogger("trainstatus")
-
-FIRST_BACKOFF = 0.01
-
-_LONGEST_BACKOFF = 1.0
-
-_CLEANUP_EVERY = 1.0
-
-class _StaleRead(TrainingStatusConflictError):
-    """A transaction's body read a key another writer changed before the transaction was written."""
 
 _AGAIN = "set the value again"  # what the storage's write errors say to do once the cause is fixed
 
@@ -165,7 +150,7 @@ _fork.watch(_live_stores)
 Result = TypeVar("Result")
 
 
-class StatusStore(_Opening):
+class StatusStore(_Conflicts):
     """A training status file kept on disk the moment it changes.
 
     ``StatusStore(path)`` opens (or prepares to create) the JSON document at ``path``: category
@@ -207,85 +192,6 @@ class StatusStore(_Opening):
       AWS environment and files apply. Such a store takes no lock: each write is a conditional
       PUT, retried over the new version when another writer got in first.
     """
-
-    def _init_conflicts(self) -> None:
-        self._last_cleanup = -_CLEANUP_EVERY  # when _sync last removed leftovers (monotonic)
-
-    def _sync(self, *, ask: bool = True) -> None:
-        """With the lock held: pick up a file another writer changed since we last saw it.
-
-        ``ask=False``: only if the storage already knows it is out of date (see ``Storage.stale``).
-        """
-        if self._storage.changed() if ask else self._storage.stale():
-            logger.debug("%s changed on disk; merging", self._location)
-            self._load(initial=False, locked=True)
-            # A change we did not make: its writer may have died since, leaving a temp file. At
-            # most once a second: processes taking turns on one file reload at every write, and a
-            # listing of the directory each time was a fifth of the handoff (issue 13).
-            now = time.monotonic()
-            if now - self._last_cleanup >= _CLEANUP_EVERY:
-                self._last_cleanup = now
-                self._storage.cleanup()
-
-    def _after_conflict(self, backoff: float) -> float:
-        """Wait, then read the version that won; ``_StaleRead`` if it changed what the body read."""
-        try:
-            backoff = self._pause(backoff, "conflict")
-        except TrainingStatusConflictError:
-            # Out of time: still show what won (other writers' values), as a write that lost does.
-            with contextlib.suppress(TrainingStatusReadError):
-                self._sync(ask=False)
-            raise
-        seen_doc, seen_meta = self._doc, self._meta
-        self._sync(ask=False)
-        stale = self._stale_read(seen_doc, seen_meta)
-        if stale is not None:
-            whole = stale == ALL
-            what = "the document" if whole else f"{stale[0]}/{stale[1]}"
-            raise _StaleRead(
-                f"Another writer changed {what} in {self._location} after this transaction read "
-                "it, so the transaction was not written: its changes may rest on the old value. "
-                "Run it again on the new state (store.run_transaction(func) does that).",
-                path=self._location,
-                category=None if whole else stale[0],
-                key=None if whole else stale[1],
-            )
-        return backoff
-
-    def _stale_read(self, seen_doc: dict[str, dict[str, Entry]], seen_meta: dict[str, Entry]) -> tuple[str, str] | None:
-        """The first key the transaction read whose stored value differs from ``seen_*``."""
-        for category, key in sorted(self._tx_reads or ()):
-            if self._vanished:  # deleted meanwhile: whatever the body read is gone
-                return category, key
-            if (category, key) == ALL:
-                if seen_doc != self._doc or seen_meta != self._meta:
-                    return ALL
-            elif category == METADATA:
-                if seen_meta.get(key) != self._meta.get(key):
-                    return category, key
-            elif seen_doc.get(category, {}).get(key) != self._doc.get(category, {}).get(key):
-                return category, key
-        return None
-
-    def _pause(self, backoff: float, why: str | None, deadline: float | None | bool = False) -> float:
-        """Sleep about ``backoff`` s (jittered) within ``deadline`` (default: the call's); the next backoff."""
-        delay = random.uniform(backoff / 2, backoff)
-        if deadline is False:
-            deadline = self._deadline
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TrainingStatusConflictError(
-                    f"Could not save {self._location}: other writers kept changing it for "
-                    f"{self._lock_timeout} s (lock_timeout), each time before this store's "
-                    "conditional write landed, so nothing of this call was written. Open the store "
-                    "with a longer lock_timeout=, or write less often.",
-                    path=self._location,
-                )
-            delay = min(delay, left)
-        logger.debug("%s: %s; retrying in %.3f s", self._location, why or "stale transaction", delay)
-        _interrupts.sleep(delay)
-        return min(2 * backoff, _LONGEST_BACKOFF)
 
     def _init_committing(self, *, allow_downgrade: bool) -> None:
         self._allow_downgrade = allow_downgrade
