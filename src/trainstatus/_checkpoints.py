@@ -61,8 +61,8 @@ from ._errors import (
     warn,
 )
 from ._load import METADATA
-
-from ._store import StatusStore, retold
+from ._committing import retold
+from ._store import StatusStore
 
 __all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "changed_files", "missing_files", "remove_unlisted"]
 
