@@ -1,4 +1,22 @@
-"""The store: the document in memory, written through to storage on every change (being split by concern)."""
+"""The store's public face: ``StatusStore``, the document in memory written through on every change.
+
+The class reads like the manual; each question it answers lives in a layer of its own, each
+built on the one listed before it:
+
+- ``_document``: the document in memory and the changes not yet written (``get`` reads it);
+- ``_guard``: one call at a time, within ``lock_timeout``; a closed store refuses here;
+- ``_opening``: reading the stored document, and recovery when it is damaged or missing;
+- ``_conflicts``: picking up another writer's version; retrying a conditional write that lost;
+- ``_committing``: one write of memory with the pending changes laid over it;
+- ``_group_commit``: the ``set`` calls of several threads written together;
+- ``_transactions``: several changes in one write, the lock held from the first read;
+- ``_options`` checks the options and picks the storage; ``_fork`` resets stores in a child.
+
+The data path of a ``set``: ``StatusStore.set`` checks the names and encodes the value,
+``_set_grouped`` queues it and, leading, takes the guard and the lock; ``_write_batch`` lays the
+batch into ``_pending``; ``_write`` / ``_write_once`` catch up with other writers, render the
+document and replace the stored one; memory takes the new document only once the storage has it.
+"""
 
 from __future__ import annotations
 
@@ -9,93 +27,28 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from . import _fork, _interrupts, _locking
-from ._codec import Entry, decode, encode_value
+from . import _fork, _interrupts
+from ._codec import decode, encode_value
 from ._committing import retold
 from ._conflicts import FIRST_BACKOFF, _StaleRead
 from ._document import ALL, as_name
 from ._errors import TrainingStatusError
-from ._group_commit import _GroupCommit
 from ._load import METADATA
 from ._options import DEFAULT_HISTORY, check_lock_timeout, open_storage
 from ._storage import Storage
-
-_S = TypeVar("_S", bound="StatusStore")
-
-class _Transaction(Generic[_S]):
-    """What ``StatusStore.transaction()`` returns: a class, not a generator, for ``__enter__``.
-
-    Once the transaction is open the only way out is ``__exit__``, which the with statement calls
-    only if ``__enter__`` returned; so no signal may raise between the opening and the return.
-    Both frames hold signals back on every line (``_interrupts.BOUNDARIES``); what arrived while
-    opening is delivered before returning, and if that raises the transaction is closed first.
-    The body runs with signals going through at once: it is the caller's code.
-    """
-
-    __slots__ = ("main", "opened", "outer", "savepoint", "stack", "start", "store")
-
-    def __init__(self, store: _S, start: float | None = None) -> None:
-        self.store = store
-        self.start = start
-        self.main = False
-        self.opened = False
-        self.outer = False
-        self.savepoint: tuple[dict[tuple[str, str], Entry | None], bool, bool] = ({}, False, False)
-        self.stack = contextlib.ExitStack()
-
-    def __enter__(self) -> _S:
-        if self.opened:
-            raise TrainingStatusError(
-                f"This transaction on {self.store._location} is already open; call store.transaction() "
-                "again for a nested one.",
-                path=self.store._location,
-            )
-        self.opened = True
-        main = self.main = _interrupts.enter()
-        try:
-            self.store._begin(self)
-        except BaseException:
-            if main:
-                _interrupts.leave()
-            raise
-        if not main:
-            return self.store
-        _interrupts.hold()
-        state = _interrupts.state
-        while True:
-            if not state.pending: state.depth -= 1; state.users -= 1; return self.store  # noqa: E701,E702 - one line: atomic
-            try:
-                _interrupts.deliver()  # with the transaction open: a handler may just set a flag
-            except BaseException:
-                _interrupts.unhold()
-                try:
-                    self.store._end(self, failed=True)
-                finally:
-                    _interrupts.leave()
-                raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self.main: _interrupts.state.depth += 1  # noqa: E701 - the hold counts it as a user already
-        try:
-            self.store._end(self, failed=exc_type is not None)
-        finally:
-            if self.main:
-                _interrupts.leave()
-
-_interrupts.BOUNDARIES.update((_Transaction.__enter__.__code__, _Transaction.__exit__.__code__))
+from ._transactions import _Transaction, _Transactions
 
 __all__ = ["DEFAULT_HISTORY", "StatusStore"]
 
 _live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
-
 _fork.watch(_live_stores)
-
+# Named for the API reference: run_transaction(func: Callable[[StatusStore], Result]) -> Result.
 Result = TypeVar("Result")
 
 
-class StatusStore(_GroupCommit):
+class StatusStore(_Transactions):
     """A training status file kept on disk the moment it changes.
 
     ``StatusStore(path)`` opens (or prepares to create) the JSON document at ``path``: category
@@ -137,50 +90,6 @@ class StatusStore(_GroupCommit):
       AWS environment and files apply. Such a store takes no lock: each write is a conditional
       PUT, retried over the new version when another writer got in first.
     """
-
-    def _init_transactions(self) -> None:
-        self._tx_generation = _locking.generation  # a transaction opened before a fork is not the child's
-
-    def _begin(self, tx: _Transaction[Any]) -> None:
-        """Open ``tx``: the guard, and for the outermost the lock and what others wrote."""
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self._guard(tx.start))
-            tx.outer = self._tx_depth == 0
-            if tx.outer:
-                stack.enter_context(self._storage.lock(self._remaining(), configured=self._lock_timeout))
-                self._sync()
-                if self._storage.conditional:
-                    self._tx_reads = set()
-                self._tx_owner = threading.get_ident()
-                self._tx_generation = _locking.generation
-                stack.callback(self._end_transaction)
-            tx.savepoint = (dict(self._pending), self._save_requested, self._cleared)
-            self._tx_depth += 1
-            tx.stack = stack.pop_all()
-
-    def _end(self, tx: _Transaction[Any], failed: bool) -> None:
-        """Close ``tx``: roll back (``failed``) or, for the outermost, write; then let go."""
-        with tx.stack:
-            self._tx_depth -= 1
-            if failed:
-                self._pending, self._save_requested, self._cleared = tx.savepoint
-                return
-            if tx.outer and (self._pending or self._save_requested or self._cleared):
-                if self._tx_generation != _locking.generation:
-                    raise TrainingStatusError(
-                        f"A transaction on {self._location} was opened before this process was "
-                        "forked; it is not committed in the child. Open a new StatusStore in the "
-                        "child and redo the changes there.",
-                        path=self._location,
-                    )
-                self._commit()
-
-    def _end_transaction(self) -> None:
-        self._tx_reads = None
-        self._pending.clear()
-        self._save_requested = False
-        self._cleared = False
-        self._tx_owner = None
 
     @_interrupts.protected
     def __init__(
@@ -231,6 +140,8 @@ class StatusStore(_GroupCommit):
         self._load(initial=True, locked=False)
         self._clean_leftovers_at_open()
         _live_stores.add(self)
+
+    # -- public API --------------------------------------------------------------------------
 
     @property
     def path(self) -> str:
@@ -409,4 +320,7 @@ class StatusStore(_GroupCommit):
         return f"StatusStore({self._location!r})"
 
 
+# run_transaction's with statement ends, on the way out of the body, on a line of its own frame,
+# before __exit__ is called: a boundary too (see _transactions). What is held back in those frames
+# is delivered by the next wait or the end of the transaction's call.
 _interrupts.BOUNDARIES.add(StatusStore.run_transaction.__code__)
