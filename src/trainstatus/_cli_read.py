@@ -22,7 +22,7 @@ from ._cli_base import (
     _read_status,
     _where,
 )
-from ._cli_main import PROG
+from ._cli_names import PROG
 from ._errors import TrainingStatusWarning, warn
 from ._load import METADATA, Corrupt, Values, check_metadata, load_values
 
