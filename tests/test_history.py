@@ -100,18 +100,18 @@ def test_only_the_newest_versions_are_kept_and_pruned_off_the_writers_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads = []
-    real_prune, real_prune_one = _history.prune, _history.prune_one
+    real_prune, real_prune_range = _history.prune, _history.prune_range
 
     def prune(directory: str, name: str, keep: int) -> None:
         threads.append(threading.current_thread().name)
         real_prune(directory, name, keep)
 
-    def prune_one(directory: str, name: str, keep: int, newest: int) -> bool:
+    def prune_range(directory: str, name: str, first: int, last: int) -> bool:
         threads.append(threading.current_thread().name)
-        return real_prune_one(directory, name, keep, newest)
+        return real_prune_range(directory, name, first, last)
 
     monkeypatch.setattr(_history, "prune", prune)
-    monkeypatch.setattr(_history, "prune_one", prune_one)
+    monkeypatch.setattr(_history, "prune_range", prune_range)
     path = tmp_path / "status.json"
     store, written = lessons(path, 12, history=4)
     _storage._closer.wait(10)
