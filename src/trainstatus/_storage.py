@@ -342,6 +342,7 @@ class LocalFile(Storage):
         self._version: tuple[int, int, int, int] | None = None
         self._mode: int | None = None
         self._owner: tuple[int, int] | None = None
+        self._own_ids: tuple[int, int] | None = None  # (uid, gid) of the file our last write made
         self._pin = _Pin()
         weakref.finalize(self, self._pin.close)
         # Fetched now, so that a bad or conflicting lock= fails at open.
@@ -519,8 +520,10 @@ class LocalFile(Storage):
     def replace(self, data: bytes) -> None:
         if self._version is not None and self._mode is not None:
             mode = self._mode
-            # Keep another user's file theirs when root rewrites it; otherwise nothing to do.
-            owner = self._owner if self._owner != (os.geteuid(), os.getegid()) else None
+            # Keep another user's file theirs when root rewrites it; otherwise nothing to do. The
+            # owner this process's files get is known from its last write (no geteuid/getegid).
+            ours = self._own_ids or (os.geteuid(), os.getegid())
+            owner = self._owner if self._owner != ours else None
         else:
             mode, owner = default_file_mode(), None
         kept: list[int | None] = [None]  # the number the replaced version got in the history
@@ -562,6 +565,8 @@ class LocalFile(Storage):
         # The version replaced lives on in the history when this write kept it (``made``; one kept
         # already, by another writer, may be pruned by now): its pin is closed here, cheaply.
         self._remember_written(fd, st, linked=bool(made))
+        if owner is None:
+            self._own_ids = (st.st_uid, st.st_gid)  # what a file this process creates here gets
         self._written(kept[0])
         logger.debug("wrote %s (%d bytes)", self.location, len(data))
         if _atomic.observer is not None:  # trainstatus.testing: a kill once the write is all done
