@@ -772,3 +772,45 @@ def test_directory_removed_during_a_write_is_recreated_next_time(tmp_path: Path,
     assert store.get("Walker", "lesson") == 1
     store.set("Walker", "steps", 3)  # memory still had lesson 1: the file comes back whole
     assert read_fresh(path)["Walker"] == {"lesson": 1, "steps": 3}
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o644])
+def test_a_write_makes_no_call_it_does_not_need(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int) -> None:
+    """Every write asked the system for random bytes (the temp file's name), for this process's
+    user and group (is the file someone else's?) and set the temp file's mode even where it had it
+    already (issue 23). Now: a random seed once per process, the owner known from the last write,
+    and the mode set only when it is not the 0600 the temp file is made with."""
+    path = tmp_path / "status.json"
+    StatusStore(path).set("Walker", "lesson", 0)
+    os.chmod(path, mode)
+    store = StatusStore(path, durable=False)
+    store.set("Walker", "lesson", 0)  # the first write of a store may look them up once
+    calls: list[str] = []
+    for name in ("urandom", "geteuid", "getegid", "fchmod", "fchown"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, _name=name, _real=real: (calls.append(_name), _real(*a))[1])
+    for i in range(5):
+        store.set("Walker", "lesson", i)
+    assert calls == ([] if mode == 0o600 else ["fchmod"] * 5)
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode
+    names = set()
+    for _ in range(1000):
+        names.add(_atomic.token())
+    assert len(names) == 1000 and all(len(n) == 16 and int(n, 16) >= 0 for n in names)
+    store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_draws_other_temp_names_than_its_parent() -> None:
+    _atomic.token()  # the parent's source exists before the fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, " ".join(_atomic.token() for _ in range(3)).encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 1000).decode().split()
+    os.close(read)
+    os.waitpid(pid, 0)
+    ours = [_atomic.token() for _ in range(3)]
+    assert len(child) == 3 and not set(child) & set(ours)

@@ -21,6 +21,7 @@ from trainstatus import (
     StatusStore,
     TrainingStatusCheckpointWarning,
     _cli,
+    _cli_main,
 )
 from trainstatus._checkpoint_files import changed_files
 from trainstatus._checkpoints import missing_files
@@ -237,17 +238,17 @@ def test_check_files_and_prune_missing_report_a_changed_size(tmp_path: Path, sto
     checkpoints.set_final(2, "checkpoint-2")
     store.close()
     status = store.path
-    assert _cli.main(["check", "--files", "--root", str(tmp_path), status]) == 0
+    assert _cli_main.main(["check", "--files", "--root", str(tmp_path), status]) == 0
     assert f"ok: every checkpoint file listed exists with its recorded size (12 files, under {tmp_path})" in capsys.readouterr().out
     (tmp_path / "checkpoint-2" / "model.safetensors").write_bytes(b"w" * 4)
-    assert _cli.main(["check", "--files", "--root", str(tmp_path), status]) == _cli.EXIT_WARNINGS
+    assert _cli_main.main(["check", "--files", "--root", str(tmp_path), status]) == _cli.EXIT_WARNINGS
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ")] == [
         f"warning: Trainer/{key}: checkpoint-2/model.safetensors has 4 bytes, 10 recorded (under {tmp_path}); the "
         "checkpoint was changed since it was recorded (truncated, overwritten) and a resume from it fails: put the "
         f"file back, or {fix}"
         for key, fix in [("checkpoints", f"`trainstatus prune-missing --root {tmp_path} {status}` removes such entries"),
                          ("final_checkpoint", f"`trainstatus delete {status} Trainer final_checkpoint` removes it")]]
-    assert _cli.main(["prune-missing", "--root", str(tmp_path), status]) == 0
+    assert _cli_main.main(["prune-missing", "--root", str(tmp_path), status]) == 0
     assert capsys.readouterr().out == (
         "removed from Trainer/checkpoints: step 2, checkpoint-2\n"
         "kept Trainer/final_checkpoint: checkpoint-2/model.safetensors has 4 bytes, 10 recorded; "

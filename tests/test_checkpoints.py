@@ -1043,7 +1043,7 @@ def test_the_writer_content_and_check_agree(tmp_path: Path) -> None:
 
 
 def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from trainstatus import _cli
+    from trainstatus import _cli, _cli_main
 
     models = tmp_path / "results" / "run1" / "Walker"
     models.mkdir(parents=True)
@@ -1055,15 +1055,15 @@ def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, ca
     with StatusStore(status) as store:
         store.set("Walker", "checkpoints", [entry])
         store.set("Walker", "final_checkpoint", {**entry, "auxillary_file_paths": []})
-    assert _cli.main(["check", "--files", "--root", str(tmp_path), str(status)]) == _cli.EXIT_WARNINGS
+    assert _cli_main.main(["check", "--files", "--root", str(tmp_path), str(status)]) == _cli.EXIT_WARNINGS
     out = capsys.readouterr().out
     assert (f"warning: Walker/checkpoints lists results/run1/Walker/Walker-100.pt, which does not exist "
             f"(under {tmp_path})") in out
     assert out.count("which does not exist") == 1
     (models / "Walker-100.pt").write_bytes(b"model")
-    assert _cli.main(["check", "--files", "--root", str(tmp_path), str(status)]) == 0
+    assert _cli_main.main(["check", "--files", "--root", str(tmp_path), str(status)]) == 0
     assert f"ok: every checkpoint file listed exists with its recorded size (3 files, under {tmp_path})" in capsys.readouterr().out
-    assert _cli.main(["check", "--root", str(tmp_path), str(status)]) == _cli.EXIT_ERROR
+    assert _cli_main.main(["check", "--root", str(tmp_path), str(status)]) == _cli.EXIT_ERROR
     assert "--root is where --files looks" in capsys.readouterr().err
 
 

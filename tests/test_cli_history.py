@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _cli, _history, _storage
+from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _cli_main, _history, _storage
 
 
 def kept(path: Path) -> list[_history.Version]:
@@ -71,7 +71,7 @@ def test_restore_waits_for_a_lock_another_process_holds_and_changes_nothing(
     written = lessons(path, 3)
     before = kept(path)
     with held_by_another_process(path):
-        status = _cli.main(["restore", "--lock-timeout", "0.2", str(path), "1"])
+        status = _cli_main.main(["restore", "--lock-timeout", "0.2", str(path), "1"])
     assert status == 2
     err = capsys.readouterr().err
     assert err.startswith(f"trainstatus: error: could not lock {path} within 0.2 s: ") and err.count("\n") == 1
@@ -98,7 +98,7 @@ def test_restore_syncs_the_temp_file_before_the_rename_and_the_folder_after(
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
     monkeypatch.setattr(os, "replace", recording_replace)
-    assert _cli.main(["restore", str(path), "1"]) == 0, capsys.readouterr().err
+    assert _cli_main.main(["restore", str(path), "1"]) == 0, capsys.readouterr().err
     assert path.read_bytes() == written[0]
     renames = [i for i, step in enumerate(steps) if step == ("replace", str(path))]
     assert len(renames) == 1, steps
@@ -131,7 +131,7 @@ def test_restore_names_the_version_it_replaced_while_other_writers_write(
         write(1300.0)  # and just after it lets go
 
     monkeypatch.setattr(_storage.LocalFile, "lock", busy_lock)
-    assert _cli.main(["restore", str(path), "1"]) == 0
+    assert _cli_main.main(["restore", str(path), "1"]) == 0
     out = capsys.readouterr().out
     undo = out.split("to undo: ", 1)[1].split()
     assert undo[:2] == ["trainstatus", "restore"]
@@ -162,7 +162,7 @@ def test_a_full_disk_names_the_history_and_how_to_prune_it(
     assert str(caught.value) == (
         f"Could not save {path} (writing it): No space left on device. The file was left as it was; the "
         f"disk is full; free some space {history}, then set the value again.")
-    assert _cli.main(["set", str(path), "wall_height", "lesson_num", "9"]) == 2
+    assert _cli_main.main(["set", str(path), "wall_height", "lesson_num", "9"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and history in err
 
@@ -188,15 +188,15 @@ def test_history_prune_keeps_the_newest_versions(tmp_path: Path, capsys: pytest.
     path = tmp_path / "status.json"
     written = lessons(path, 6)  # versions 1 to 5 hold lessons 0 to 4
     sizes = sum(v.size for v in kept(path)[:3])
-    assert _cli.main(["history", str(path), "--prune", "--keep", "2"]) == 0
+    assert _cli_main.main(["history", str(path), "--prune", "--keep", "2"]) == 0
     assert capsys.readouterr().out == (
         f"removed 3 earlier versions of {path} (1 to 3, {sizes} bytes); 2 versions kept\n")
     assert [v.sequence for v in kept(path)] == [4, 5]
     assert [Path(v.path).read_bytes() for v in kept(path)] == written[3:5]
     assert path.read_bytes() == written[-1]
-    assert _cli.main(["history", str(path), "--prune", "--keep", "2"]) == 0
+    assert _cli_main.main(["history", str(path), "--prune", "--keep", "2"]) == 0
     assert capsys.readouterr().out == f"nothing to remove: 2 earlier versions of {path} kept, --keep 2\n"
-    assert _cli.main(["history", str(path), "--prune", "--keep", "0"]) == 0
+    assert _cli_main.main(["history", str(path), "--prune", "--keep", "0"]) == 0
     assert capsys.readouterr().out == f"removed 2 earlier versions of {path} (4 to 5, {2 * sizes // 3} bytes); 0 versions kept\n"
     assert kept(path) == [] and path.read_bytes() == written[-1]
 
@@ -209,6 +209,6 @@ def test_history_prune_needs_both_options(tmp_path: Path, capsys: pytest.Capture
                                           message: str) -> None:
     path = tmp_path / "status.json"
     lessons(path, 3)
-    assert _cli.main(["history", str(path), *args]) == 2
+    assert _cli_main.main(["history", str(path), *args]) == 2
     assert capsys.readouterr().err == f"trainstatus: error: {message}\n"
     assert len(kept(path)) == 2

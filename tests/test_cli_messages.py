@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstatus import StatusStore, _atomic, _cli, _cli_base, _cli_main, _history, _storage
+from trainstatus import StatusStore, _atomic, _cli_base, _cli_main, _history, _storage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def test_history_after_a_damaged_version_does_not_call_the_next_one_the_oldest(
     path = tmp_path / "status.json"
     lessons(path, 4)  # versions 1 to 3
     Path(versions(path)[1].path).write_bytes(b"[1,")  # version 2 damaged
-    assert _cli.main(["history", str(path)]) == 0
+    assert _cli_main.main(["history", str(path)]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["1"].endswith("(the oldest kept)")
     assert "damaged: " in rows["2"]
@@ -97,7 +97,7 @@ def test_a_missing_file_without_versions_or_copies_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
     path = tmp_path / "status.json"
-    assert _cli.main([*command, str(path)]) == 2
+    assert _cli_main.main([*command, str(path)]) == 2
     assert capsys.readouterr() == ("", f"trainstatus: error: no status file at {path}\n")
     assert list(tmp_path.iterdir()) == []
 
@@ -112,7 +112,7 @@ def test_history_of_a_missing_file_lists_what_is_left_and_says_how_to_put_it_bac
     path = tmp_path / "status.json"
     lessons(path, 3)
     path.unlink()
-    assert _cli.main(["history", str(path)]) == 0
+    assert _cli_main.main(["history", str(path)]) == 0
     out, err = capsys.readouterr()
     assert [line.split()[0] for line in out.splitlines()[:-1]] == ["VERSION", "2", "1"]
     assert out.splitlines()[-1] == (f"(no status file at {path} now; `trainstatus restore {path} 2` puts the "
@@ -126,7 +126,7 @@ def test_corrupt_list_of_a_missing_file_lists_the_copies_and_says_how_to_put_one
     path = tmp_path / "status.json"
     copy = tmp_path / "status.json.corrupt-20250101T120000.000000Z"
     copy.write_bytes(b"[1,")
-    assert _cli.main(["corrupt", "list", str(path)]) == 0
+    assert _cli_main.main(["corrupt", "list", str(path)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith(str(copy)) and err == ""
     assert out.splitlines()[-1] == (f"(no status file at {path} now; `trainstatus corrupt restore {path} COPY` puts "
@@ -138,10 +138,10 @@ def test_restore_of_what_is_not_a_number_suggests_only_what_restore_takes(
 ) -> None:
     path = tmp_path / "status.json"
     lessons(path, 3)
-    assert _cli.main(["restore", str(path), "abc"]) == 2
+    assert _cli_main.main(["restore", str(path), "abc"]) == 2
     assert capsys.readouterr().err == (
         f"trainstatus: error: 'abc' is not a version: give a number from `trainstatus history {path}`\n")
-    assert _cli.main(["diff", str(path), "abc"]) == 2  # diff does take current
+    assert _cli_main.main(["diff", str(path), "abc"]) == 2  # diff does take current
     assert capsys.readouterr().err == (f"trainstatus: error: 'abc' is not a version: give a number from "
                                        f"`trainstatus history {path}`, or 'current' for the file itself\n")
 
@@ -154,7 +154,7 @@ def test_a_parent_that_is_a_file_is_named_as_such(
     blocking = tmp_path / "run.json"
     blocking.write_text("{}")
     path = blocking / "deeper" / "status.json"
-    assert _cli.main([*command, str(path)] if len(command) < 2 or command[0] == "corrupt"
+    assert _cli_main.main([*command, str(path)] if len(command) < 2 or command[0] == "corrupt"
                      else [command[0], str(path), *command[1:]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{blocking} is a file, not a directory" in err, err
@@ -183,7 +183,7 @@ def test_set_of_a_number_a_float_cannot_hold_is_refused(
 ) -> None:
     path = status(tmp_path)
     before = path.read_bytes()
-    assert _cli.main(["set", str(path), "c", "k", "--", value]) == 2
+    assert _cli_main.main(["set", str(path), "c", "k", "--", value]) == 2
     assert capsys.readouterr().err == (
         f"trainstatus: error: VALUE {value!r} {problem}; nothing was changed. Write {meant} if that is what you "
         "mean, or pass --string to store the text as it is\n")
@@ -196,14 +196,14 @@ def test_set_of_infinity_spelled_out_and_of_numbers_a_float_holds_is_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, stored: float
 ) -> None:
     path = status(tmp_path)
-    assert _cli.main(["set", str(path), "c", "k", "--", value]) == 0
+    assert _cli_main.main(["set", str(path), "c", "k", "--", value]) == 0
     with StatusStore(path) as store:
         assert store.get("c", "k") == stored
 
 
 def test_set_of_an_integer_beyond_64_bits_says_to_pass_string(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = status(tmp_path)
-    assert _cli.main(["set", str(path), "c", "k", "[18446744073709551616]"]) == 2
+    assert _cli_main.main(["set", str(path), "c", "k", "[18446744073709551616]"]) == 2
     err = capsys.readouterr().err
     assert err.endswith("is outside the 64-bit range that JSON readers keep exactly; pass --string to store VALUE "
                         "as text instead. Nothing was written\n") and "str(value)" not in err
@@ -221,13 +221,13 @@ def test_set_reads_a_value_of_a_megabyte_from_standard_input(
     text = json.dumps(checkpoints)
     assert len(text) > 2**20  # beyond what a command line takes (about 128 KB for one argument)
     stdin(monkeypatch, text.encode() + b"\n")
-    assert _cli.main(["set", str(path), "Walker", "checkpoints", "-"]) == 0
+    assert _cli_main.main(["set", str(path), "Walker", "checkpoints", "-"]) == 0
     with StatusStore(path) as store:
         assert store.get("Walker", "checkpoints") == checkpoints
     stdin(monkeypatch, "Walker-5.onnx\r\n".encode())  # plain text, stored as a string as on the command line
-    assert _cli.main(["set", str(path), "Walker", "note", "-"]) == 0
+    assert _cli_main.main(["set", str(path), "Walker", "note", "-"]) == 0
     stdin(monkeypatch, b"[1,\n")
-    assert _cli.main(["set", str(path), "Walker", "bad", "-"]) == 2
+    assert _cli_main.main(["set", str(path), "Walker", "bad", "-"]) == 2
     assert "VALUE '[1,' looks like JSON but is not" in capsys.readouterr().err
     with StatusStore(path) as store:
         assert store.get("Walker", "note") == "Walker-5.onnx" and store.get("Walker", "bad", None) is None
@@ -239,10 +239,10 @@ def test_set_string_dash_stores_the_text_dash_and_does_not_wait_for_standard_inp
     # As before VALUE - read standard input: "-" is then the text, as any other VALUE with --string.
     path = status(tmp_path)
     stdin(monkeypatch, b'"from standard input"\n')
-    assert _cli.main(["set", str(path), "c", "dash", "--string", "-"]) == 0
+    assert _cli_main.main(["set", str(path), "c", "dash", "--string", "-"]) == 0
     assert sys.stdin.read() == '"from standard input"\n'  # left unread: nothing waits on it
     stdin(monkeypatch, b'"from standard input"\n')
-    assert _cli.main(["set", str(path), "c", "read", "-"]) == 0  # without --string, - reads it
+    assert _cli_main.main(["set", str(path), "c", "read", "-"]) == 0  # without --string, - reads it
     with StatusStore(path) as store:
         assert store.get("c", "dash") == "-" and store.get("c", "read") == "from standard input"
     assert capsys.readouterr().out.splitlines() == ['c/dash: (not set) -> "-"',
@@ -254,7 +254,7 @@ def test_set_refuses_standard_input_that_is_not_utf8(
 ) -> None:
     path = status(tmp_path)
     stdin(monkeypatch, b'"caf\xe9"')
-    assert _cli.main(["set", str(path), "c", "k", "-"]) == 2
+    assert _cli_main.main(["set", str(path), "c", "k", "-"]) == 2
     assert capsys.readouterr().err == ("trainstatus: error: VALUE - (standard input) is not UTF-8 text: invalid "
                                        "continuation byte at byte 4; nothing was changed\n")
 
@@ -280,26 +280,26 @@ def test_show_cuts_a_long_value_and_says_how_to_get_all_of_it(
     with StatusStore(path) as store:
         store.set("Walker", "notes", big)
         store.set("Walker", "elo", 1200.0)
-    assert _cli.main(["show", str(path)]) == 0
+    assert _cli_main.main(["show", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     notes = next(line for line in lines if line.startswith("  notes: "))
     text = json.dumps(big)
     assert notes == (f"  notes: {text[:300]}... (cut: {len(text):,} characters; "
                      f"`trainstatus get {path} Walker notes` prints it whole)")
     assert "  elo: 1200.0" in lines
-    assert _cli.main(["get", "--compact", str(path), "Walker", "notes"]) == 0
+    assert _cli_main.main(["get", "--compact", str(path), "Walker", "notes"]) == 0
     assert capsys.readouterr().out == text + "\n"  # get prints it whole
 
 
 def test_set_and_delete_cut_long_values_they_print(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = status(tmp_path)
     big = list(range(1000))
-    assert _cli.main(["set", str(path), "c", "k", json.dumps(big)]) == 0
+    assert _cli_main.main(["set", str(path), "c", "k", json.dumps(big)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("c/k: 1 -> [0, 1, 2,") and out.endswith(
         f"... (cut: {len(json.dumps(big)):,} characters; `trainstatus get {path} c k` prints it whole)\n")
     assert len(out) < 500
-    assert _cli.main(["delete", str(path), "c", "k"]) == 0
+    assert _cli_main.main(["delete", str(path), "c", "k"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("deleted c/k (was [0, 1, 2,") and out.endswith(
         f"... cut: {len(json.dumps(big)):,} characters; `trainstatus diff {path}` shows it whole)\n")
@@ -315,9 +315,9 @@ def test_names_holding_the_outputs_separators_are_quoted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], category: str, key: str, category_shown: str, key_shown: str
 ) -> None:
     path = status(tmp_path)
-    assert _cli.main(["set", str(path), category, key, "3"]) == 0
+    assert _cli_main.main(["set", str(path), category, key, "3"]) == 0
     assert capsys.readouterr().out == f"{category_shown}/{key_shown}: (not set) -> 3\n"
-    assert _cli.main(["show", str(path)]) == 0
+    assert _cli_main.main(["show", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"\n{category_shown}:\n  {key_shown}: 3\n" in out
 
@@ -346,7 +346,7 @@ def run_with_checkpoints(tmp_path: Path) -> Path:
 
 def test_check_files_suggests_the_commands_that_fix_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status = run_with_checkpoints(tmp_path)
-    assert _cli.main(["check", "--files", "--root", str(tmp_path), str(status)]) == 1
+    assert _cli_main.main(["check", "--files", "--root", str(tmp_path), str(status)]) == 1
     warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ")]
     assert warnings == [
         f"warning: Walker/checkpoints lists results/run1/Walker/Walker-200.pt, which does not exist (under "
@@ -362,7 +362,7 @@ def test_prune_missing_drops_the_entries_check_files_warns_about(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status = run_with_checkpoints(tmp_path)
-    assert _cli.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
+    assert _cli_main.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
     assert capsys.readouterr().out == (
         "removed from Walker/checkpoints: step 200, results/run1/Walker/Walker-200.onnx\n"
         "kept Walker/final_checkpoint: it lists results/run1/Walker/Walker.onnx, which does not exist; "
@@ -374,7 +374,7 @@ def test_prune_missing_drops_the_entries_check_files_warns_about(
         assert [e["steps"] for e in store.get("Walker", "checkpoints")] == [100, 300]
         assert store.get("Walker", "final_checkpoint")["steps"] == 400
     assert (tmp_path / "results" / "run1" / "Walker" / "Walker-200.onnx").exists()  # files are not touched
-    assert _cli.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
+    assert _cli_main.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
     assert capsys.readouterr().out.endswith(f"nothing removed: every file a checkpoints list of {status} names exists with its recorded size\n")
 
 
@@ -385,7 +385,7 @@ def test_a_root_that_is_not_a_directory_is_an_error_naming_it(
     status = run_with_checkpoints(tmp_path)
     before = status.read_bytes()
     for root, what in [(tmp_path / "nowhere", "does not exist"), (status, "is not a directory")]:
-        assert _cli.main([*command, "--root", str(root), str(status)]) == 2
+        assert _cli_main.main([*command, "--root", str(root), str(status)]) == 2
         assert capsys.readouterr() == ("", f"trainstatus: error: --root {root} {what}: give the directory the "
                                            "checkpoint paths listed in the file are relative to (where "
                                            "mlagents-learn ran)\n")
@@ -395,7 +395,7 @@ def test_a_root_that_is_not_a_directory_is_an_error_naming_it(
 def test_check_counts_one_version_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "status.json"
     lessons(path, 2)
-    assert _cli.main(["check", str(path)]) == 0
+    assert _cli_main.main(["check", str(path)]) == 0
     assert "info: 1 earlier version kept in the history (number 1); see `trainstatus history`\n" in capsys.readouterr().out
 
 
@@ -420,7 +420,7 @@ def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
     monkeypatch.setattr(_atomic, "write_all", denied)
-    assert _cli.main(["set", str(path), "c", "k", "2"]) == 2
+    assert _cli_main.main(["set", str(path), "c", "k", "2"]) == 2
     err = capsys.readouterr().err
     assert err == (f"trainstatus: error: could not save {path} (writing it): Permission denied. The file was left "
                    "as it was; fix the permissions of the directory, then set the value again\n")
@@ -430,7 +430,7 @@ def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
 def test_a_library_error_keeps_the_spaces_inside_a_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # One line, but a category "a  b" is still "a  b": only the message's line breaks are joined.
     path = status(tmp_path)
-    assert _cli.main(["set", str(path), "wall  height", "k", str(2**64)]) == 2
+    assert _cli_main.main(["set", str(path), "wall  height", "k", str(2**64)]) == 2
     assert capsys.readouterr().err.startswith(f"trainstatus: error: cannot store wall  height/k in {path}: ")
 
 

@@ -310,3 +310,32 @@ def test_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -> None:
     with StatusStore(path, durable=False) as store:
         assert store.get("turns", "order") == names
     assert _signed_in(lock_file) == set()  # each signed out
+
+
+def test_a_lone_writer_never_reads_the_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list was read (``pread``) before every lock, waiters or not (issue 23): now never for an
+    empty lock file, and once after waiters came and went, until someone signs in again."""
+    path = tmp_path / "status.json"
+    lock_file = Path(str(path) + ".lock")
+    store = StatusStore(path, durable=False)
+    store.set("a", "b", 0)
+    reads: list[int] = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: (reads.append(fd), real_pread(fd, n, offset))[1])
+    for i in range(10):
+        store.set("a", "b", i)
+    assert reads == []  # never signed in: the file is empty
+    _plant(lock_file, os.getppid(), time.monotonic_ns() - 1_000_000, slot=2)  # a waiter came...
+    with open(lock_file, "r+b") as f:  # ...and signed out again
+        f.seek(2 * 16)
+        f.write(bytes(16))
+    past = time.time() - 60
+    os.utime(lock_file, (past, past))  # long ago
+    for i in range(10):
+        store.set("a", "b", i)
+    assert len(reads) == 1  # read once, found empty, and not read again
+    _plant(lock_file, os.getppid(), time.monotonic_ns() - 1_000_000, slot=2)  # someone signs in
+    monkeypatch.setattr(_fair, "_DEFER_AT_MOST", 0.0)  # let this set go ahead of it at once
+    store.set("a", "b", 11)
+    assert len(reads) >= 2  # the list changed: read again, the waiter seen
+    store.close()

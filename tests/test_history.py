@@ -29,7 +29,7 @@ from trainstatus import (
     TrainingStatusTypeError,
     TrainingStatusValueError,
     _atomic,
-    _cli,
+    _cli_main,
     _history,
     _names,
     _storage,
@@ -100,18 +100,18 @@ def test_only_the_newest_versions_are_kept_and_pruned_off_the_writers_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads = []
-    real_prune, real_prune_one = _history.prune, _history.prune_one
+    real_prune, real_prune_range = _history.prune, _history.prune_range
 
     def prune(directory: str, name: str, keep: int) -> None:
         threads.append(threading.current_thread().name)
         real_prune(directory, name, keep)
 
-    def prune_one(directory: str, name: str, keep: int, newest: int) -> bool:
+    def prune_range(directory: str, name: str, first: int, last: int) -> bool:
         threads.append(threading.current_thread().name)
-        return real_prune_one(directory, name, keep, newest)
+        return real_prune_range(directory, name, first, last)
 
     monkeypatch.setattr(_history, "prune", prune)
-    monkeypatch.setattr(_history, "prune_one", prune_one)
+    monkeypatch.setattr(_history, "prune_range", prune_range)
     path = tmp_path / "status.json"
     store, written = lessons(path, 12, history=4)
     _storage._closer.wait(10)
@@ -412,7 +412,7 @@ def test_history_lists_each_version_with_the_keys_it_changed(tmp_path: Path, cap
     store, _ = lessons(path, 3)
     store.set("Walker", "elo", 1200.0)
     store.close()
-    assert _cli.main(["history", str(path)]) == 0
+    assert _cli_main.main(["history", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["VERSION", "WRITTEN", "SIZE"]
     assert [line.split()[0] for line in lines[1:]] == ["current", "3", "2", "1"]
@@ -423,7 +423,7 @@ def test_history_lists_each_version_with_the_keys_it_changed(tmp_path: Path, cap
 def test_history_without_versions_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "status.json"
     lessons(path, 1)[0].close()
-    assert _cli.main(["history", str(path)]) == 0
+    assert _cli_main.main(["history", str(path)]) == 0
     assert "no earlier versions" in capsys.readouterr().out
 
 
@@ -435,14 +435,14 @@ def test_diff_is_key_by_key_with_diffs_exit_status(tmp_path: Path, capsys: pytes
         store.delete("wall_height", "lesson_num")
         store.set("big_wall", "lesson_num", 3)
     store.close()
-    assert _cli.main(["diff", str(path)]) == 1
+    assert _cli_main.main(["diff", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == ["from version 2 to current: 3 keys differ", "- wall_height/lesson_num (was 1)",
                    "+ Walker/elo = NaN", "+ big_wall/lesson_num = 3"]
-    assert _cli.main(["diff", "--json", str(path), "1", "2"]) == 1
+    assert _cli_main.main(["diff", "--json", str(path), "1", "2"]) == 1
     assert json.loads(capsys.readouterr().out) == [
         {"change": "changed", "category": "wall_height", "key": "lesson_num", "old": 0, "new": 1}]
-    assert _cli.main(["diff", str(path), "2", "2"]) == 0
+    assert _cli_main.main(["diff", str(path), "2", "2"]) == 0
     assert "0 keys differ" in capsys.readouterr().out
 
 
@@ -518,7 +518,7 @@ def test_command_line_writes_keep_as_many_versions_as_they_find(tmp_path: Path) 
 def test_check_counts_the_versions_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "status.json"
     lessons(path, 3)[0].close()
-    assert _cli.main(["check", str(path)]) == 0
+    assert _cli_main.main(["check", str(path)]) == 0
     assert "info: 2 earlier versions kept in the history (numbers 1 to 2); see `trainstatus history`" in capsys.readouterr().out
 
 

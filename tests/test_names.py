@@ -25,6 +25,7 @@ from trainstatus import (
     TrainingStatusReadError,
     _atomic,
     _cli,
+    _cli_main,
     _names,
 )
 
@@ -218,12 +219,12 @@ def test_a_damaged_file_with_a_long_name_is_kept_aside_and_listed_and_restored(
         assert len(os.fsencode(copy.name)) <= _names.NAME_MAX
         assert _names.copy_pattern(path.name).fullmatch(copy.name)
 
-    assert _cli.main(["corrupt", "list", str(path)]) == 0
+    assert _cli_main.main(["corrupt", "list", str(path)]) == 0
     listed = capsys.readouterr().out
     assert all(copy.name in listed for copy in copies)
 
     copies[0].write_bytes(good)  # an operator fixed the copy; put it back
-    assert _cli.main(["corrupt", "restore", str(path), copies[0].name]) == 0
+    assert _cli_main.main(["corrupt", "restore", str(path), copies[0].name]) == 0
     assert read_fresh(path)["Walker"] == {"lesson": 3}
 
 
@@ -239,7 +240,7 @@ def test_a_temp_file_left_by_a_killed_writer_of_a_long_name_is_reported_and_remo
     os.close(fd)
     assert len(os.fsencode(os.path.basename(temp))) <= _names.NAME_MAX
 
-    assert _cli.main(["check", str(path)]) == _cli.EXIT_WARNINGS
+    assert _cli_main.main(["check", str(path)]) == _cli.EXIT_WARNINGS
     out = capsys.readouterr().out
     assert f"temp file {temp} (6 bytes) left by a killed writer" in out
     assert "the lock is free" in out
@@ -252,7 +253,7 @@ def test_check_sees_the_lock_of_a_long_name_held(tmp_path: Path, capsys: pytest.
     path = named(tmp_path, 253)
     StatusStore(path).close()
     with lock_held_by_another_process(tmp_path / _names.lock_name(path.name)):
-        _cli.main(["check", str(path)])
+        _cli_main.main(["check", str(path)])
     assert "a write or a transaction is in progress: the lock is held by" in capsys.readouterr().out
 
 

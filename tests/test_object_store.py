@@ -386,18 +386,18 @@ def test_run_transaction_reruns_the_function_on_a_read_conflict(bucket: Any) -> 
 
 
 def test_an_interrupted_read_is_forgotten_so_the_next_write_reads_again(bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._store
+    import trainstatus._opening
 
     store, rival = open_at(bucket), open_at(bucket)
     store.set("c", "ours", 1)
     rival.set("c", "rival", 1)  # acknowledged to the rival
-    real = trainstatus._store.load_document
+    real = trainstatus._opening.load_document
 
     def interrupted(data: bytes) -> Any:
-        monkeypatch.setattr(trainstatus._store, "load_document", real)
+        monkeypatch.setattr(trainstatus._opening, "load_document", real)
         raise KeyboardInterrupt  # Ctrl-C while the document read is parsed
 
-    monkeypatch.setattr(trainstatus._store, "load_document", interrupted)
+    monkeypatch.setattr(trainstatus._opening, "load_document", interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.reload()
     store.set("c", "ours", 2)

@@ -138,3 +138,84 @@ def test_storing_plain_values_does_not_import_numpy(tmp_path: object) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["[1, 2.5]", "False"]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports, lazy imports included: a
+    function-level ``from . import``, ``lazy_module("...")``, ``importlib.import_module`` of a
+    constant and the command line's dispatch table (``_Command("_cli", ...)``)."""
+    import ast
+
+    root = os.path.dirname(trainstatus.__file__)
+    modules: dict[str, str] = {}
+    for directory, _, files in os.walk(root):
+        for file in files:
+            if file.endswith(".py"):
+                relative = os.path.relpath(os.path.join(directory, file), os.path.dirname(root))[:-3]
+                name = relative.replace(os.sep, ".").removesuffix(".__init__")
+                modules[name] = os.path.join(directory, file)
+    graph: dict[str, set[str]] = {}
+    for name, file in modules.items():
+        package = name if file.endswith("__init__.py") else name.rpartition(".")[0]
+        with open(file, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                target = (base + ("." + node.module if node.module else "")) if node.level else (node.module or "")
+                submodules = {f"{target}.{alias.name}" for alias in node.names} & modules.keys()
+                found |= submodules or ({target} & modules.keys())
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names} & modules.keys()
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                value = node.args[0].value
+                if called in ("lazy_module", "import_module") and isinstance(value, str):
+                    found |= {package + value if value.startswith(".") else value} & modules.keys()
+                elif called == "_Command" and isinstance(value, str):
+                    found |= {f"{package}.{value}"} & modules.keys()
+        graph[name] = found - {name}
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle in ``graph`` (its modules in order, the first repeated last), or None."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return None
+        path.append(module)
+        for imported in sorted(graph[module]):
+            circle = visit(imported)
+            if circle is not None:
+                return circle
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        circle = visit(module)
+        if circle is not None:
+            return circle
+    return None
+
+
+def test_the_package_s_imports_form_no_circle() -> None:
+    """What two modules share belongs in a third below both (the lock-timeout message once lived in
+    ``_cli`` and was imported back by ``_cli_base``, which ``_cli`` imports)."""
+    graph = _import_graph()
+    assert {"trainstatus._cli", "trainstatus._cli_base", "trainstatus._cli_main"} <= graph.keys()
+    assert "trainstatus._cli" in graph["trainstatus._cli_main"]  # the dispatch table is seen
+    assert _circle(graph) is None
+
+
+def test_the_circle_finder_finds_one() -> None:
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set()}) is None

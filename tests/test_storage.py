@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from _helpers import lock_held_by_another_process, read_fresh
 
-from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _names, _storage
+from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _history, _names, _storage
 from trainstatus._storage import LocalFile, Memory, Storage
 
 STAMP = r"\d{8}T\d{6}\.\d{6}Z"
@@ -833,3 +833,38 @@ def test_a_descriptor_pyfakefs_opened_is_closed_at_once_in_the_callers_thread() 
     assert calls == [(1001, threading.current_thread().name)]  # done before close() returned
     _storage._closer.wait(5)
     assert real_style == [-1]  # the others still go to the closer's thread
+
+
+def test_a_single_writer_hands_the_closer_thread_one_prune_per_batch_and_unlinks_no_absent_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waking the closer thread at every write cost a quarter of a small durable=False set (issue
+    23): a version the history keeps is closed by the writer, and versions pushed out of the
+    history go PRUNE_BATCH at a time, by number, none probed that cannot be there."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False, history=4)
+    for i in range(10):  # past the first prune, which lists the directory
+        store.set("Walker", "lesson", i)
+    _storage._closer.wait(10)
+    wakes: list[str] = []
+    absent: list[str] = []
+    real_start, real_unlink = _storage._closer._start, os.unlink
+    monkeypatch.setattr(_storage._closer, "_start", lambda: (wakes.append("wake"), real_start())[1])
+
+    def unlink(name: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            real_unlink(name, *args, **kwargs)
+        except FileNotFoundError:
+            absent.append(str(name))
+            raise
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    writes = 4 * _storage.PRUNE_BATCH
+    for i in range(writes):
+        store.set("Walker", "lesson", 100 + i)
+    assert len(wakes) <= writes // _storage.PRUNE_BATCH
+    assert deleted_files_held_open(tmp_path) == []  # the replaced versions' pins were closed
+    _storage._closer.wait(10)
+    assert absent == []
+    assert [v.sequence for v in _history.versions(str(tmp_path), path.name)] == list(range(writes + 6, writes + 10))
+    store.close()

@@ -23,6 +23,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from typing import Any
 
 from . import _names
 
@@ -43,6 +44,7 @@ __all__ = [
     "write_atomic",
 ]
 
+_TEMP_MODE = 0o600  # while written: nobody else reads it half-written
 _PIN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
@@ -79,10 +81,52 @@ def ensure_directory(directory: str, *, durable: bool) -> None:
         sync_directory(parent or ".")
 
 
+# The source of temp file names: seeded from the system once per process (a getrandom each time
+# was a system call of every write, issue 23), again in a forked child. Its own generator, so that
+# a trainer's random.seed() does not make two runs draw the same names. Made at the first write:
+# ``random`` is not imported with trainstatus.
+_names_source: Any = None
+
+
 def token() -> str:
-    """16 random hex digits for a temp file's name (``secrets.token_hex(8)``, without importing
-    ``secrets``: it costs a few ms of ``import trainstatus`` for one call)."""
-    return os.urandom(8).hex()
+    """16 random hex digits for a temp file's name. Unguessable names are not what keeps the write
+    safe (``O_EXCL`` and ``O_NOFOLLOW`` are: a name taken is drawn again), only what keeps another
+    user from taking them in advance."""
+    global _names_source
+    if _names_source is None:
+        import random
+
+        _names_source = random.Random()  # seeded from os.urandom
+    return f"{_names_source.getrandbits(64):016x}"
+
+
+def _new_names_in_child() -> None:
+    global _names_source
+    _names_source = None  # else parent and child would draw the same names
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_names_in_child)
+
+
+_owner_bits_kept: bool | None = None
+
+
+def _umask_keeps_owner_bits() -> bool:
+    """Whether a file created 0600 is 0600 (the umask takes none of the owner's bits), read from
+    /proc once per process; False when it cannot be read (the mode is then set every write)."""
+    global _owner_bits_kept
+    if _owner_bits_kept is None:
+        _owner_bits_kept = False
+        try:
+            with open("/proc/self/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Umask:"):
+                        _owner_bits_kept = int(line.split()[1], 8) & _TEMP_MODE == 0
+                        break
+        except (OSError, ValueError):
+            pass
+    return _owner_bits_kept
 
 
 def open_temp(directory: str, name: str) -> tuple[int, str]:
@@ -90,7 +134,7 @@ def open_temp(directory: str, name: str) -> tuple[int, str]:
     for _ in range(100):
         temp = os.path.join(directory, _names.temp_name(name, token()))
         try:
-            return os.open(temp, _OPEN_FLAGS, 0o600), temp
+            return os.open(temp, _OPEN_FLAGS, _TEMP_MODE), temp
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "could not find a free temp file name", directory)
@@ -221,7 +265,8 @@ def write_atomic(
             observer("written", target, temp, fd)
         if owner is not None:
             set_owner(fd, owner)
-        set_mode(fd, stat.S_IMODE(mode))
+        if stat.S_IMODE(mode) != _TEMP_MODE or not _umask_keeps_owner_bits():
+            set_mode(fd, stat.S_IMODE(mode))  # a 0600 file's temp has its mode already
         if durable:
             sync_file(fd)
             if observer is not None:

@@ -61,7 +61,8 @@ from ._errors import (
     warn,
 )
 from ._load import METADATA
-from ._store import StatusStore, _retold
+from ._committing import retold
+from ._store import StatusStore
 
 __all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "changed_files", "missing_files", "remove_unlisted"]
 
@@ -354,7 +355,7 @@ class CheckpointList:
         self._list(self._store.get(self._category, CHECKPOINTS))  # refuse a damaged list before the fsyncs
         if not synced:
             self._sync(CHECKPOINTS, entry, paths)
-        with _retold("add the checkpoint again"):
+        with retold("add the checkpoint again"):
             dropped, document = self._store.run_transaction(lambda store: self._record(store, entry))
         if dropped:
             self._remove(dropped, document)
@@ -372,7 +373,7 @@ class CheckpointList:
                                      creation_time, synced)
         if not synced:
             self._sync(FINAL_CHECKPOINT, entry, paths)
-        with _retold("set the final checkpoint again"):
+        with retold("set the final checkpoint again"):
             self._store.set(self._category, FINAL_CHECKPOINT, entry)
         return dict(entry)
 
@@ -391,7 +392,7 @@ class CheckpointList:
                 store.set(self._category, CHECKPOINTS, [e for i, e in enumerate(current) if i not in gone])
             return [current[i] for i in gone]
 
-        with _retold("prune the missing checkpoints again"):
+        with retold("prune the missing checkpoints again"):
             return self._store.run_transaction(body)
 
     # -- the steps ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import stat
 import sys
 import warnings
 
-from ._cli_main import PROG
+from ._cli_names import PROG
 from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusWarning
 from ._load import DOWNGRADE_ADVICE, Duplicate
 from ._location import file_url_advice, object_store, url_scheme
@@ -305,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
                 # A soft lock's own message names the lease file and its holder (pid and host).
                 _error(_cli_words(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout")))
             else:
-                from ._cli import _lock_timeout_message  # a lock was taken: _cli is loaded
+                from ._cli_lock import _lock_timeout_message  # only once a lock timed out
 
                 _error(_lock_timeout_message(exc, args.lock_timeout))
             return EXIT_ERROR

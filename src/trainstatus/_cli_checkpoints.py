@@ -16,7 +16,7 @@ import shlex
 from ._checkpoints import FINAL_CHECKPOINT, CheckpointList, changed_files, missing_files
 from ._cli import _open_store, _root
 from ._cli_base import EXIT_OK, _Fail, _json, _missing, _plural, _where
-from ._cli_main import PROG
+from ._cli_names import PROG
 from ._load import METADATA
 
 __all__ = ["_cmd_prune_missing"]

@@ -14,10 +14,10 @@ import os
 import warnings
 
 from . import _history
-from ._cli import _shown_directory, _target
+from ._cli import _target
 from ._cli_base import EXIT_OK, _Fail, _json, _label, _missing, _plural, _read_bytes, _unreadable
-from ._cli_main import CURRENT as _CURRENT
-from ._cli_main import PROG
+from ._cli_names import CURRENT as _CURRENT
+from ._cli_names import PROG
 from ._codec import Entry, decode
 from ._load import Corrupt, Document, load_document
 from ._storage import LocalFile, byte_size

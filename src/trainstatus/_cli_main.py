@@ -17,16 +17,11 @@ if TYPE_CHECKING:  # typing and collections.abc are not needed to answer --help
     from collections.abc import Callable, Sequence
     from typing import Any
 
+from ._cli_names import CURRENT, DEFAULT_LOCK_TIMEOUT, LOCK_MODES, PROG
 from ._version import STATUS_FORMAT_VERSION, __version__
 
 __all__ = ["CURRENT", "DEFAULT_LOCK_TIMEOUT", "LOCK_MODES", "PROG", "main"]
 
-PROG = "trainstatus"
-DEFAULT_LOCK_TIMEOUT = 30.0
-CURRENT = "current"  # diff/restore: the file itself, as opposed to a kept version
-# _locking.LOCK_MODES, spelled out so the parser does not import the locking module (a test checks
-# that the two agree).
-LOCK_MODES = ("flock", "soft")
 
 
 class _Command:

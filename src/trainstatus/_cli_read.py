@@ -26,7 +26,7 @@ from ._cli_base import (
     is_url,
     read_object,
 )
-from ._cli_main import PROG
+from ._cli_names import PROG
 from ._errors import TrainingStatusWarning, warn
 from ._load import METADATA, Corrupt, Values, check_metadata, load_values
 

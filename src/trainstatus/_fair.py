@@ -7,8 +7,10 @@ process wrote while the others slept through their chances.
 
 So waiting processes sign in, in the lock file itself: a small registry of slots at its start,
 each ``(pid, check, arrival)`` in 16 bytes written with one ``pwrite`` (the lock file has no other
-content; ``flock`` does not look at it). A process that finds an older waiter signed in does not
-try the lock; it signs in behind. Only the oldest waiter tries, and waits in ``flock`` itself
+content; ``flock`` does not look at it). A process that takes the lock at its first try and
+finds a waiter signed in lets the lock go at once and signs in behind (the list is read only when
+the lock file shows a change since it was last read empty: ``_locking``, issue 23). Only the oldest
+waiter tries, and waits in ``flock`` itself
 (see ``_locking``); the next in line looks at the list every 0.1 ms, the others less often. The
 one that gets the lock signs out.
 
@@ -86,7 +88,7 @@ class Registry:
         return self._os.pread(self.fd, _SIZE, 0)  # type: ignore[no-any-return]
 
     def anyone_waiting(self) -> bool:
-        """Whether some process may be signed in (the check before a first try of the lock)."""
+        """Whether some process may be signed in (the check after a first try took the lock)."""
         data = self._read()
         return bool(data) and data != _EMPTY[: len(data)]
 

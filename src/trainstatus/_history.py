@@ -125,28 +125,30 @@ def read(version: Version) -> bytes:
         return f.read()
 
 
-def prune_one(directory: str, name: str, keep: int, newest: int) -> bool:
-    """Remove the versions that ``newest`` pushed out of the newest ``keep``; whether one was there.
+def prune_range(directory: str, name: str, first: int, last: int) -> bool:
+    """Remove versions ``first`` to ``last`` by number, no listing; whether ``last`` was there.
 
-    Versions are numbered one after the other, so after version ``newest`` is kept the one to go
-    is ``newest - keep``, and any just below it that a store with a larger ``history=`` left: one
-    unlink each, down to the first number not there, no listing of the directory. Where numbers
-    were skipped (a version that could not be kept) the caller lists the directory (``prune``).
+    Versions are numbered one after the other, so once version ``n`` is kept the ones to go are
+    those up to ``n - keep``. A number already gone (another writer pruned it) is skipped; when
+    the newest, ``last``, was not there, numbers were skipped and the caller lists the directory
+    (``prune``).
     """
-    number, removed = newest - keep, False
-    while number > 0:
+    found = False
+    for number in range(last, first - 1, -1):
         try:
             os.unlink(os.path.join(directory, _names.history_name(name, number)))
         except FileNotFoundError:
-            break
-        removed = True
-        number -= 1
-    return removed
+            continue
+        found = found or number == last
+    return found
 
 
-def prune(directory: str, name: str, keep: int) -> None:
-    """Remove all but the newest ``keep`` versions (called off the write's path)."""
+def prune(directory: str, name: str, keep: int) -> int | None:
+    """Remove all but the newest ``keep`` versions (called off the write's path); the number of
+    the oldest one kept (None: none is)."""
     found = _numbered(directory, name)
     for _, path in found[: max(0, len(found) - keep)]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+    kept = found[max(0, len(found) - keep):]
+    return kept[0][0] if kept and keep else None

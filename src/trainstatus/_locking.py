@@ -75,6 +75,9 @@ _LONGEST_WAIT = 0.001
 _IN_KERNEL_FOR = 0.05
 # How often the second of the waiting processes looks whether it is first.
 _NEXT_POLL = 0.0001
+# How long after the lock file's last change its mtime is trusted to change again with the next
+# (file timestamps advance by the kernel's clock tick, a few ms; see _HeldDescriptor._quiet).
+_QUIET_AFTER_NS = 50_000_000
 # The soft lease is polled by filelock; a failed try reads the marker (a round trip on NFS).
 _SOFT_POLL = 0.005
 # flock errors that mean "this filesystem has no flock" (some network filesystems): soft mode goes on
@@ -181,6 +184,11 @@ class _HeldDescriptor:
         self._held: list[Descriptor] = []
         self._opened_by: Any = None  # the os module that opened it
         self._kernel_wait: _KernelWait | None = None  # a blocked flock of the acquire in progress
+        self._locked: os.stat_result | None = None  # the lock file as try_lock last locked it
+        # (inode, size, mtime) of the lock file when its waiting list was last read and empty,
+        # long enough after its last change that any later one has another mtime: while the file
+        # still shows these, nobody has signed in since, and the list is not read again.
+        self._quiet: tuple[int, int, int] | None = None
         weakref.finalize(self, close_all, self._held)
 
     def _open(self) -> int:
@@ -212,6 +220,7 @@ class _HeldDescriptor:
                 filelock.unlock_descriptor(fd)
                 raise
             if mine.st_nlink and there is not None and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+                self._locked = mine
                 return True
             filelock.unlock_descriptor(fd)  # an orphan: lock the file that is there now
             self.close()
@@ -233,12 +242,14 @@ class _HeldDescriptor:
         others waiting signs in behind them instead of taking the lock as it comes free.
         """
         registry = self._registry()
-        try:
-            waiting = registry is not None and registry.anyone_waiting()
-        except OSError:
-            registry, waiting = None, False
-        if not waiting and self.try_lock():
-            return
+        if self.try_lock():
+            # Taken at the first try, as nearly every lock is. Only now is the list read, and only
+            # when someone may have signed in: never when the file is empty (signing in writes
+            # it) or unchanged since the list was last read empty. A process found waiting
+            # longer gets the lock back at once, and this one signs in behind it.
+            if registry is None or not self._anyone_waiting(registry):
+                return
+            self.release()
         if registry is not None:
             try:
                 registry.sign_in()
@@ -251,6 +262,25 @@ class _HeldDescriptor:
             if registry is not None:
                 with contextlib.suppress(OSError):
                     registry.sign_out()
+
+    def _anyone_waiting(self, registry: _fair.Registry) -> bool:
+        """Whether the lock file just locked may list a waiter (see ``acquire``)."""
+        seen = self._locked
+        if seen is None or not seen.st_size:
+            return False
+        key = (seen.st_ino, seen.st_size, seen.st_mtime_ns)
+        if key == self._quiet:
+            return False
+        try:
+            if registry.anyone_waiting():
+                return True
+        except OSError:
+            return False
+        # Remembered only when the last change is older than a clock tick of the filesystem's
+        # timestamps: a sign-in after this read then cannot leave the same mtime behind.
+        if seen.st_mtime_ns < time.time_ns() - _QUIET_AFTER_NS:
+            self._quiet = key
+        return False
 
     def _wait(self, deadline: float | None, registry: _fair.Registry | None) -> None:
         wait = _FIRST_WAIT

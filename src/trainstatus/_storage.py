@@ -148,12 +148,18 @@ class _Closer:
     protocol pays the same inside its rename). Those descriptors protect nothing once the new
     version is pinned, so no caller needs to wait for that. Removing a history's oldest versions
     frees inodes the same way, and no write needs to wait for it either.
+
+    Waking the thread costs too (a futex and a switch each way, the GIL passed back and forth: a
+    quarter of a small ``durable=False`` set), so a write hands over only what frees an inode:
+    a replaced version the history keeps is closed by the writer itself (its inode lives on under
+    the history's name, so closing is cheap), and a history is pruned in batches (``defer``).
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._queued: list[_locking.Descriptor] = []
         self._jobs: dict[Hashable, Callable[[], None]] = {}  # one per key: a later one replaces it
+        self._deferred: dict[Hashable, Callable[[], None]] = {}  # run by ``flush`` or ``wait``
         self._busy = False  # the thread took work and has not finished it; guarded by _cond
         self._thread: threading.Thread | None = None
 
@@ -174,10 +180,25 @@ class _Closer:
 
     def later(self, key: Hashable, job: Callable[[], None]) -> None:
         """Run ``job`` on the thread soon; a job queued under the same ``key`` and not started yet
-        is replaced (pruning twice in a row does nothing more than once)."""
+        is replaced (pruning twice in a row does nothing more than once), a deferred one too."""
         with self._cond:
+            self._deferred.pop(key, None)
             self._jobs[key] = job
             self._start()
+
+    def defer(self, key: Hashable, job: Callable[[], None]) -> None:
+        """Keep ``job`` for the thread without waking it: it runs when a ``later`` or ``flush`` of
+        the same key, or a ``wait``, comes (a later ``defer`` of the key replaces it)."""
+        with self._cond:
+            self._deferred[key] = job
+
+    def flush(self, key: Hashable) -> None:
+        """Run the job deferred under ``key``, if any, soon (a store closing)."""
+        with self._cond:
+            job = self._deferred.pop(key, None)
+            if job is not None:
+                self._jobs[key] = job
+                self._start()
 
     def _start(self) -> None:  # with _cond held
         if self._thread is None:
@@ -210,6 +231,10 @@ class _Closer:
         """Return once everything queued so far is done (tests counting descriptors or files, and
         the exit of the process), or after ``timeout`` s."""
         with self._cond:
+            if self._deferred:
+                self._jobs.update(self._deferred)
+                self._deferred.clear()
+                self._start()
             self._cond.wait_for(lambda: not (self._queued or self._jobs or self._busy), timeout)
 
     def after_fork_in_child(self) -> None:
@@ -237,7 +262,9 @@ class _Pin:
     """An open descriptor on the file version last read or written (see ``write_atomic``).
 
     A pin replaced by our own write is *retired*, not closed at once: once this thread releases
-    the lock, retired pins go to the background ``_closer`` (see there why).
+    the lock, retired pins go to the background ``_closer`` (see there why), except those whose
+    version the write kept in the history (``linked``): closing them frees nothing, so this
+    thread closes them itself.
 
     Each descriptor is kept with the ``os.close`` of the ``os`` that opened it (``_locking.Descriptor``).
     """
@@ -245,6 +272,7 @@ class _Pin:
     def __init__(self) -> None:
         self._current: _locking.Descriptor | None = None
         self.retired: list[_locking.Descriptor] = []
+        self.linked: list[_locking.Descriptor] = []  # retired, their inode kept by a history link
 
     @property
     def fd(self) -> int | None:
@@ -255,20 +283,33 @@ class _Pin:
         if old is not None:
             _locking.close_all([old])
 
-    def replace(self, fd: int) -> None:
-        """Pin ``fd`` and retire the previous pin (closed later by ``close_retired``)."""
+    def replace(self, fd: int, *, linked: bool = False) -> None:
+        """Pin ``fd`` and retire the previous pin (closed later by ``close_retired``); ``linked``:
+        its version has a name in the history, so closing it frees no inode."""
         old, self._current = self._current, (fd, os.close)
         if old is not None:
-            self.retired.append(old)
+            (self.linked if linked else self.retired).append(old)
+
+    @property
+    def pending(self) -> bool:
+        """Whether retired pins wait for ``close_retired``."""
+        return bool(self.retired or self.linked)
 
     def close_retired(self) -> None:
+        _locking.close_all(self.linked)
         retired, self.retired = self.retired, []
         if retired:
             _closer.close(retired)
 
     def close(self) -> None:
         self.set(None)
+        _locking.close_all(self.linked)
         _locking.close_all(self.retired)  # at once: a closed store holds nothing open
+
+
+# How many versions pushed out of a history are removed at once (see LocalFile._written): up to
+# that many more than history= may be there between two prunes.
+PRUNE_BATCH = 8
 
 
 def byte_size(count: int) -> str:
@@ -302,6 +343,7 @@ class LocalFile(Storage):
         self._version: tuple[int, int, int, int] | None = None
         self._mode: int | None = None
         self._owner: tuple[int, int] | None = None
+        self._own_ids: tuple[int, int] | None = None  # (uid, gid) of the file our last write made
         self._pin = _Pin()
         weakref.finalize(self, self._pin.close)
         # Fetched now, so that a bad or conflicting lock= fails at open.
@@ -314,6 +356,12 @@ class LocalFile(Storage):
         # already; None: find out from the directory (after a read: another writer's version).
         self._slot: tuple[int, bool] | None = None
         self._prune_all = True  # the next prune lists the directory (see _written)
+        # [done, queued] for the prunes of this store's history (see _written): every version
+        # numbered up to ``done`` is gone (set by the prune that removed them, on the closer
+        # thread: a cell, so that no job holds a reference to this object; None: not known), and
+        # ``queued`` is the newest number a prune was queued for.
+        self._pruned: list[int] = [0, 0]
+        self._prune_known = False
         # A version number known to be kept (the one our last write's version gets from the next
         # writer), for next_slot to look up from after another process wrote; None: list.
         self._known: int | None = None
@@ -373,7 +421,7 @@ class LocalFile(Storage):
         # this may be its last descriptor, and freeing its inode took 0.15 of a 0.19 ms reload
         # under the lock (issue 13). Closed once the lock is let go, on the closer thread.
         self._remember(fd, st, retire=True)
-        if self._pin.retired and (self._path_lock is None or not self._path_lock.held_here()):
+        if self._pin.pending and (self._path_lock is None or not self._path_lock.held_here()):
             self._pin.close_retired()
         return b"".join(chunks)
 
@@ -406,8 +454,8 @@ class LocalFile(Storage):
         self._mode = None if st is None else st.st_mode
         self._owner = None if st is None else (st.st_uid, st.st_gid)
 
-    def _remember_written(self, fd: int, st: os.stat_result) -> None:
-        self._pin.replace(fd)
+    def _remember_written(self, fd: int, st: os.stat_result, *, linked: bool = False) -> None:
+        self._pin.replace(fd, linked=linked)
         self._version = _version(st)
         self._mode = st.st_mode
         self._owner = (st.st_uid, st.st_gid)
@@ -458,7 +506,7 @@ class LocalFile(Storage):
                 yield
         finally:
             # Once this thread lets go of the lock, free the files our writes replaced.
-            if self._pin.retired and not path_lock.held_here():
+            if self._pin.pending and not path_lock.held_here():
                 self._pin.close_retired()
 
     def _ensure_directory(self) -> None:
@@ -473,8 +521,10 @@ class LocalFile(Storage):
     def replace(self, data: bytes) -> None:
         if self._version is not None and self._mode is not None:
             mode = self._mode
-            # Keep another user's file theirs when root rewrites it; otherwise nothing to do.
-            owner = self._owner if self._owner != (os.geteuid(), os.getegid()) else None
+            # Keep another user's file theirs when root rewrites it; otherwise nothing to do. The
+            # owner this process's files get is known from its last write (no geteuid/getegid).
+            ours = self._own_ids or (os.geteuid(), os.getegid())
+            owner = self._owner if self._owner != ours else None
         else:
             mode, owner = default_file_mode(), None
         kept: list[int | None] = [None]  # the number the replaced version got in the history
@@ -513,7 +563,11 @@ class LocalFile(Storage):
                     errno=exc.errno,
                 ) from exc
             raise self._write_error(exc, "writing it") from exc
-        self._remember_written(fd, st)
+        # The version replaced lives on in the history when this write kept it (``made``; one kept
+        # already, by another writer, may be pruned by now): its pin is closed here, cheaply.
+        self._remember_written(fd, st, linked=bool(made))
+        if owner is None:
+            self._own_ids = (st.st_uid, st.st_gid)  # what a file this process creates here gets
         self._written(kept[0])
         logger.debug("wrote %s (%d bytes)", self.location, len(data))
         if _atomic.observer is not None:  # trainstatus.testing: a kill once the write is all done
@@ -574,22 +628,42 @@ class LocalFile(Storage):
             return
         self._slot = (kept + 1, False)
         self._known = kept  # kept a moment ago: a reload's next_slot looks up from here
-        if kept > self._keep:
-            directory, name, keep = self._directory, self._name, self._keep
-            # Every write pushes one version out: its unlink alone, on the closer thread. Listing
-            # the directory each time kept that thread in Python, contending for the GIL with the
-            # writes themselves (80 µs per flock on a small durable=False set, issue 13). The full
-            # prune runs when the numbers came from a listing (the first write of a store, or one
-            # after another writer's: versions another keep= left may be there), when that version
-            # is not where its number says, and every 64th write.
-            everything = self._prune_all or kept % 64 == 0
-            self._prune_all = False
+        directory, name, keep = self._directory, self._name, self._keep
+        last = kept - keep  # the newest number to go
+        if last <= 0:
+            return
+        # Each write pushes one version out; removing it at once meant waking the closer thread
+        # at every write (issue 23). The versions pushed out are removed PRUNE_BATCH at a time, by
+        # number, from the first one not removed yet: no listing of the directory, and no unlink
+        # of a number that cannot be there. The directory is listed instead when the numbers came
+        # from a listing (the first write of a store, or one after another writer's: versions
+        # another history= left may be there), when the numbers are not known, and every 64th
+        # write. Versions another writer added in between have numbers in that range too.
+        cell = self._pruned
+        if self._prune_all or kept % 64 == 0 or not self._prune_known or last - max(cell) > 2 * PRUNE_BATCH + keep:
+            self._prune_all, self._prune_known = False, True
+            cell[1] = last
 
-            def job() -> None:
-                if everything or not _history.prune_one(directory, name, keep, kept):
-                    _history.prune(directory, name, keep)
+            def listing() -> None:
+                oldest = _history.prune(directory, name, keep)
+                cell[0] = last if oldest is None else max(last, oldest - 1)
 
-            _closer.later((directory, name), job)
+            _closer.later((directory, name), listing)
+            return
+
+        def batch() -> None:
+            # The range is taken when the job runs (jobs run one after the other): one queued
+            # before and replaced by this one, or one that ran meanwhile, is covered.
+            done = cell[0]
+            if last > done and not _history.prune_range(directory, name, done + 1, last):
+                _history.prune(directory, name, keep)  # the newest to go was not there: list
+            cell[0] = max(cell[0], last)
+
+        if last - max(cell) >= PRUNE_BATCH:
+            cell[1] = last
+            _closer.later((directory, name), batch)
+        else:
+            _closer.defer((directory, name), batch)  # replaced by the next write's, or run by wait()
 
     def take_warning(self) -> TrainingStatusWarning | None:
         unkept, self._unkept = self._unkept, None
@@ -712,5 +786,6 @@ class LocalFile(Storage):
                 logger.debug("removed a temp file left by a killed writer: %s", temp)
 
     def close(self) -> None:
+        _closer.flush((self._directory, self._name))  # a batch of versions still to go
         self._pin.close()
         self._path_lock = None  # its lock file descriptor closes once no store uses it
