@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 from . import _history, _interrupts, _locking
 from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
-from ._codec import Entry, check_name, decode, encode_loaded, encode_value, render
+from ._codec import Entry, check_name, decode, encode_loaded, encode_value
 from ._errors import (
     TrainingStatusConflictError,
     TrainingStatusCorruptError,
@@ -60,6 +60,7 @@ from ._errors import (
 )
 from ._location import check_location
 from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
+from ._render import Renderer
 from ._s3 import S3Object, is_s3_url
 from ._storage import Conflict, LocalFile, Storage
 from ._version import __version__
@@ -460,6 +461,7 @@ class StatusStore:
         self._own_metadata = self._metadata_entries(metadata or {})
         self._doc: dict[str, dict[str, Entry]] = {}
         self._meta: dict[str, Entry] = {}
+        self._renderer = Renderer()  # keeps each category's bytes between writes
         self._newer_format: str | None = None
         self._load(initial=True, locked=False)
         self._clean_leftovers_at_open()
@@ -1201,9 +1203,10 @@ class StatusStore:
                 path=self._location,
                 found_version=self._newer_format,
             )
-        document = _apply({} if self._cleared else self._doc, self._pending)
+        base = {} if self._cleared else self._doc
+        document = _apply(base, self._pending)
         meta = dict(self._own_metadata) if self._cleared else self._meta
-        data = render({**document, METADATA: meta})
+        data = self._renderer.render({**document, METADATA: meta}, base, self._pending)
         try:
             self._storage.replace(data)
         except Conflict:
