@@ -31,7 +31,6 @@ import marshal
 import math
 import operator
 import re
-import struct
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -289,71 +288,121 @@ def _probe_nonfinite(value: Any) -> int:
     return _NONE_THERE
 
 
-# The fast way to NaN literals (_with_literals). pickle writes each float, wherever it is, as its
-# own b"G" record of 8 big-endian bytes (floats are never shared through pickle's memo), in C and
-# fast; a non-finite one has all 11 exponent bits set. Each such record is swapped for a finite
-# stand-in of the same length, the value is read back and encoded by orjson, and the stand-ins'
-# text is swapped for the literals Python's json writes.
-_NONFINITE_RECORD = re.compile(rb"G[\x7f\xff][\xf0-\xff][\x00-\xff]{6}")
-# Finite floats no trainer stores; if one does, the counts below do not match and the slow walk
-# writes the value instead.
-_STAND_INS = {
-    b"NaN": 1.2345678901234567e-299,
-    b"Infinity": 2.3456789012345678e-299,
-    b"-Infinity": 3.4567890123456789e-299,
-}
-_STAND_IN_RECORDS = {literal: b"G" + struct.pack(">d", x) for literal, x in _STAND_INS.items()}
-_STAND_IN_TEXT = {literal: orjson.dumps(x) for literal, x in _STAND_INS.items()}
+# The fast way to NaN literals (_with_literals): orjson writes an ``orjson.Fragment``'s bytes as
+# they are, so a copy of the value with each non-finite float replaced by the fragment of its
+# literal is written by orjson in one pass, every other byte as orjson writes it.
+_LITERAL_FRAGMENTS = (orjson.Fragment(b"NaN"), orjson.Fragment(b"Infinity"), orjson.Fragment(b"-Infinity"))
+# How many bytes longer than orjson's null each literal is.
+_LITERAL_GROWTH = (len(b"NaN") - 4, len(b"Infinity") - 4, len(b"-Infinity") - 4)
+
+
+def _literal(number: float, tally: list[int]) -> orjson.Fragment:
+    which = 0 if number != number else (1 if number > 0 else 2)
+    tally[which] += 1
+    return _LITERAL_FRAGMENTS[which]
+
+
+def _swap_in(value: Any, tally: list[int]) -> Any:
+    """``value`` with each non-finite float as its literal's fragment; ``value`` itself when none.
+
+    Copy on write: only the containers on the way to a non-finite float are copied (a tuple as a
+    list: orjson writes both alike). Builtin types only (what ``_MAYBE_PLAIN`` says the value is).
+    ``tally`` counts the NaNs, infinities and negative infinities put in, and the Nones seen.
+    ``x - x`` is 0.0 for a finite float and NaN (true) for NaN and the infinities.
+    """
+    kind = type(value)
+    if kind is float:
+        return _literal(value, tally) if value - value else value
+    if value is None:
+        tally[3] += 1
+        return value
+    if kind is dict:
+        out = None
+        for key, item in value.items():
+            kind = type(item)
+            if kind is float:
+                if not item - item:
+                    continue
+                new = _literal(item, tally)
+            elif kind is dict or kind is list or kind is tuple:
+                new = _swap_in(item, tally)
+                if new is item:
+                    continue
+            else:
+                if item is None:
+                    tally[3] += 1
+                continue
+            if out is None:
+                out = dict(value)
+            out[key] = new
+        return value if out is None else out
+    if kind is list or kind is tuple:
+        copy = None
+        for i, item in enumerate(value):
+            kind = type(item)
+            if kind is float:
+                if not item - item:
+                    continue
+                new = _literal(item, tally)
+            elif kind is dict or kind is list or kind is tuple:
+                new = _swap_in(item, tally)
+                if new is item:
+                    continue
+            else:
+                if item is None:
+                    tally[3] += 1
+                continue
+            if copy is None:
+                copy = list(value)
+            copy[i] = new
+        return value if copy is None else copy
+    return value
 
 
 def _with_literals(value: Any, raw: bytes, encode: Callable[[Any], bytes]) -> bytes | None:
     """``encode(value)`` with NaN/Infinity written as literals, at orjson's speed; None if unsure.
 
     ``value`` is of builtin types only (``_MAYBE_PLAIN``) and ``raw`` is ``encode(value)`` as
-    orjson wrote it (non-finite floats as null). What it returns is checked, not trusted: each
-    stand-in's text must appear exactly as many times as it was put in, and with every stand-in
-    read as null the bytes must be ``raw`` itself, so a record matched by accident (bytes of an
-    integer or a length that look like a float) or a stand-in already in the data is caught, and
-    the caller takes the slow walk. Returns None when there is no non-finite float after all.
+    orjson wrote it (non-finite floats as null). What it returns is checked, not trusted: it must
+    be longer than ``raw`` by exactly the literals' extra bytes (each fragment written as it is,
+    where orjson had written null), and hold no more nulls than the walk saw Nones and the value's
+    strings hold (a non-finite float the walk missed would still be a null); if unsure, the caller
+    takes the slow walk. None also when there is no non-finite float.
     """
-    import pickle  # 3 ms, for values holding NaN only
-
-    packed = pickle.dumps(value, protocol=5)
-    pieces: list[bytes] = []
-    counts = dict.fromkeys(_STAND_INS, 0)
-    last = 0
-    for match in _NONFINITE_RECORD.finditer(packed):
-        (number,) = struct.unpack(">d", match.group()[1:])
-        if math.isfinite(number):
-            continue  # bytes that only look like a record: the checks below catch a real mix-up
-        literal = b"NaN" if number != number else (b"Infinity" if number > 0 else b"-Infinity")
-        counts[literal] += 1
-        pieces += (packed[last:match.start()], _STAND_IN_RECORDS[literal])
-        last = match.end()
-    if not pieces:
-        return None
-    pieces.append(packed[last:])
+    tally = [0, 0, 0, 0]  # NaN, Infinity, -Infinity put in; Nones seen
     try:
-        # Our own bytes of builtin types only: nothing here imports or calls anything.
-        patched = b"".join(pieces)
-        if len(patched) >= PAUSE_FROM:
-            with collector_paused():  # as in decode: every container it makes is new
-                copy = pickle.loads(patched)
-        else:
-            copy = pickle.loads(patched)
+        copy = _swap_in(value, tally)
+    except RecursionError:  # deeper than orjson writes anyway: the slow walk explains it
+        return None
+    if not (tally[0] or tally[1] or tally[2]):
+        return None
+    try:
         out = encode(copy)
-    except Exception:  # noqa: BLE001 - a record matched by accident broke the stream: walk instead
+    except TypeError:  # orjson refused the copy (it took the value): not ours to guess why
         return None
-    as_null = out
-    for literal, text in _STAND_IN_TEXT.items():
-        if out.count(text) != counts[literal]:
-            return None
-        as_null = as_null.replace(text, b"null")
-    if as_null != raw:
+    grown = tally[0] * _LITERAL_GROWTH[0] + tally[1] * _LITERAL_GROWTH[1] + tally[2] * _LITERAL_GROWTH[2]
+    if len(out) != len(raw) + grown:
         return None
-    for literal, text in _STAND_IN_TEXT.items():
-        out = out.replace(text, literal)
+    nulls = out.count(b"null")
+    if nulls != tally[3] and nulls != tally[3] + _nulls_in_text(value):
+        return None
     return out
+
+
+def _nulls_in_text(value: Any) -> int:
+    """How many times "null" appears in the strings (keys included) of a value of builtin types.
+
+    Their JSON holds it at least as often (letters are never escaped; an escape such as ``\\n``
+    before "ull" can make one more, which fails the check: the slow walk then writes the value).
+    """
+    kind = type(value)
+    if kind is str:
+        return cast(str, value).count("null")
+    if kind is dict:
+        return sum(key.count("null") + _nulls_in_text(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return sum(map(_nulls_in_text, value))
+    return 0
 
 
 def _utf8(text: str) -> bytes:
@@ -429,7 +478,7 @@ def _with_nonfinite(value: Any, raw: bytes) -> Entry | None:
     """The entry of a value whose orjson output ``raw`` has a null, when it holds NaN/Infinity.
 
     orjson writes NaN and +-Infinity as null. Only a value whose output has a null can hold one;
-    marshal clears most of them, pickle writes most others (``_with_literals``), the walk the rest.
+    marshal clears most of them, orjson writes most others with fragments (``_with_literals``), the walk the rest.
     """
     probe = _probe_nonfinite(value)
     if probe == _MAYBE_PLAIN:
