@@ -26,31 +26,43 @@ from __future__ import annotations
 
 import enum
 import gc
-import json
 import marshal
 import math
 import operator
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain, islice, repeat
-from typing import Any, NamedTuple, cast
-
-import orjson
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
+from ._lazy import OnFirstUse
 
-__all__ = [
-    "Entry", "check_name", "decode", "encode_loaded", "encode_value", "entries_from_rendered", "parse_document",
-    "read_rendered", "render",
-]
+if TYPE_CHECKING:
+    import json
+    import re
 
-_OPTIONS = orjson.OPT_INDENT_2
+    import orjson
+else:
+    # orjson's setup imports dataclasses, inspect, uuid and platform (10 ms or more), json brings
+    # re: ``from trainstatus import StatusStore`` pays for neither; the first store that opens
+    # pays for orjson, and json is imported where a file or a value needs it. The command line
+    # imports orjson itself before a command that needs it runs, under its first Ctrl-C handler
+    # (``_cli_main._Command.load``).
+    json = OnFirstUse("json", globals())
+    orjson = OnFirstUse("orjson", globals(), lambda module: _check_orjson(module))
+
+
+def _check_orjson(module: Any) -> None:
+    if module.OPT_INDENT_2 != _OPTIONS or module.OPT_INDENT_2 | module.OPT_SERIALIZE_NUMPY != _NUMPY_OPTIONS:
+        raise ImportError(f"orjson {module.__version__}'s options are not the ones trainstatus uses")
+
+
+_OPTIONS = 1  # orjson.OPT_INDENT_2, checked when orjson is imported
 # With OPT_SERIALIZE_NUMPY orjson imports numpy on meeting a type it does not know (a set, a float
 # subclass); without numpy already imported no numpy value can exist, so the option waits for it.
 # It is given only to values known to hold numpy arrays (see _dumps_value).
-_NUMPY_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+_NUMPY_OPTIONS = 1 | 16  # orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, likewise
 # A value sits two levels deep in the file (category -> key -> value). orjson writes it indented
 # for that place when it is wrapped two levels deep ({"": {"": value}}) and the wrapper's bytes
 # are sliced off: a memcpy, where re-indenting afterwards (a replace of every newline) cost about
@@ -66,7 +78,7 @@ _WRAP_TAIL = len(b"\n  }\n}")
 # no back-references (whose numbers would add 0x7f/0xff bytes, and whose table made marshal 1.7
 # times slower on a checkpoint list sharing its strings with an older one).
 _MARSHAL_VERSION = 2
-_NONFINITE_FLOAT = re.compile(rb"g[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]")
+_NONFINITE_FLOAT_PATTERN = rb"g[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]"
 _FLOAT_CODES = (ord("g"),)
 # How many 0x7f/0xff bytes to look at one by one (about 0.3 µs each) before the regex (about 9 ns
 # a byte) is cheaper.
@@ -77,7 +89,18 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_DIGIT_RUN = b"0" * 19
 # Python's json reads the escapes of a high surrogate followed by a low one as one character, so a
 # string holding such a pair as two code points cannot come back from a file as it went in.
-_SURROGATE_PAIR = re.compile("[\\ud800-\\udbff][\\udc00-\\udfff]")
+# Compiled on first use (``_pattern``): re and its compiler are a few ms of a start otherwise.
+_SURROGATE_PAIR_PATTERN = "[\\ud800-\\udbff][\\udc00-\\udfff]"
+_PATTERNS: dict[str | bytes, re.Pattern[Any]] = {}
+
+
+def _pattern(text: str | bytes) -> re.Pattern[Any]:
+    compiled = _PATTERNS.get(text)
+    if compiled is None:
+        import re
+
+        compiled = _PATTERNS[text] = re.compile(text)
+    return compiled
 
 
 class Entry(NamedTuple):
@@ -283,7 +306,7 @@ def _probe_nonfinite(value: Any) -> int:
                 return _MAYBE_PLAIN
             tried += 1
             if tried > enough:
-                return _MAYBE_PLAIN if _NONFINITE_FLOAT.search(packed) is not None else _NONE_THERE
+                return _MAYBE_PLAIN if _pattern(_NONFINITE_FLOAT_PATTERN).search(packed) is not None else _NONE_THERE
             at = packed.find(last, at + 1)
     return _NONE_THERE
 
@@ -291,7 +314,7 @@ def _probe_nonfinite(value: Any) -> int:
 # The fast way to NaN literals (_with_literals): orjson writes an ``orjson.Fragment``'s bytes as
 # they are, so a copy of the value with each non-finite float replaced by the fragment of its
 # literal is written by orjson in one pass, every other byte as orjson writes it.
-_LITERAL_FRAGMENTS = (orjson.Fragment(b"NaN"), orjson.Fragment(b"Infinity"), orjson.Fragment(b"-Infinity"))
+_LITERAL_FRAGMENTS: tuple[orjson.Fragment, ...] = ()  # made by the first _with_literals
 # How many bytes longer than orjson's null each literal is.
 _LITERAL_GROWTH = (len(b"NaN") - 4, len(b"Infinity") - 4, len(b"-Infinity") - 4)
 
@@ -369,6 +392,9 @@ def _with_literals(value: Any, raw: bytes, encode: Callable[[Any], bytes]) -> by
     strings hold (a non-finite float the walk missed would still be a null); if unsure, the caller
     takes the slow walk. None also when there is no non-finite float.
     """
+    global _LITERAL_FRAGMENTS
+    if not _LITERAL_FRAGMENTS:
+        _LITERAL_FRAGMENTS = (orjson.Fragment(b"NaN"), orjson.Fragment(b"Infinity"), orjson.Fragment(b"-Infinity"))
     tally = [0, 0, 0, 0]  # NaN, Infinity, -Infinity put in; Nones seen
     try:
         copy = _swap_in(value, tally)
@@ -500,6 +526,10 @@ def _dumps_plain(value: Any) -> bytes:
 
 def encode_loaded(value: Any) -> Entry:
     """Encode a value read from a file (plain JSON types), keeping every number exactly."""
+    if type(value) is str and value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        # JSON writes such a string as it is, in quotes. The store's own metadata (versions) is
+        # encoded when it is imported, which so needs no orjson (see _ImportedOnFirstUse).
+        return Entry(b'"' + value.encode() + b'"')
     try:
         raw = _dumps_plain(value)
     except TypeError:  # an integer beyond 64 bits or a lone surrogate: only json writes it back
@@ -567,7 +597,7 @@ def check_name(name: str, what: str, location: str) -> None:
     """
     if name.isascii():
         return
-    pair = _SURROGATE_PAIR.search(name)
+    pair = _pattern(_SURROGATE_PAIR_PATTERN).search(name)
     if pair is not None:
         raise TrainingStatusValueError(
             f"The {what} {name!r} for {location} {_pair_problem(pair.group(), 'name')}. Nothing "
@@ -834,7 +864,7 @@ def _find_problem(value: Any, where: str, depth: int, top: str = "",
             False,
         )
     if isinstance(value, str):
-        pair = None if value.isascii() else _SURROGATE_PAIR.search(value)
+        pair = None if value.isascii() else _pattern(_SURROGATE_PAIR_PATTERN).search(value)
         if pair is not None:
             return (where, f"the string {_pair_problem(pair.group(), 'value')}", False)
         return None
@@ -849,7 +879,7 @@ def _find_problem(value: Any, where: str, depth: int, top: str = "",
                     "an Enum)",
                     True,
                 )
-            pair = None if k.isascii() else _SURROGATE_PAIR.search(k)
+            pair = None if k.isascii() else _pattern(_SURROGATE_PAIR_PATTERN).search(k)
             if pair is not None:
                 return (where, f"the dict key {k!r} {_pair_problem(pair.group(), 'key')}", False)
             found = _find_problem(v, f"{where}[{k!r}]", depth + 1, top, holders)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import threading
 import time
 import types
@@ -477,6 +476,8 @@ def _holder(lease_path: str) -> str:
     except OSError:
         return "another process"
     # filelock's marker is "name=value" lines (pid, host, ...); anything else: no name to give.
+    import re  # here: only this message needs it
+
     pid = re.search(r"^pid=(\d+)$", record, re.MULTILINE)
     host = re.search(r"^host=(\S+)$", record, re.MULTILINE)
     if pid is None:

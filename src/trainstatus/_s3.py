@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import logging
 import os
 import threading
 from collections.abc import Mapping
 from typing import Any, ContextManager
 
 from . import _interrupts
+from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._errors import (
     TrainingStatusDependencyError,
     TrainingStatusReadError,

@@ -29,12 +29,8 @@ instead (``run_transaction`` runs the body again).
 from __future__ import annotations
 
 import contextlib
-import copy
-import datetime
 import enum
-import logging
 import os
-import random
 import threading
 import time
 import weakref
@@ -42,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from . import _history, _interrupts, _locking
+from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value
 from ._errors import (
@@ -61,7 +58,7 @@ from ._errors import (
 from ._location import check_location
 from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
 from ._render import Renderer
-from ._s3 import S3Object, is_s3_url
+from ._location import is_s3_url
 from ._storage import Conflict, LocalFile, Storage
 from ._version import __version__
 
@@ -194,6 +191,8 @@ def _error_for_waiter(error: BaseException, location: str) -> BaseException:
     """
     if isinstance(error, Exception):
         try:
+            import copy  # here: copy (and its imports) for a rare error, not for every start
+
             twin = copy.copy(error)
         except Exception:  # noqa: BLE001 - an exception class that cannot be copied: described below
             twin = None
@@ -393,6 +392,8 @@ class StatusStore:
                     "Turn on versioning in the bucket to keep earlier versions, and leave history= out.",
                     path=given,
                 )
+            from ._s3 import S3Object  # here: boto3's users only
+
             storage = S3Object(given, storage_options)
         elif storage_options is not None:
             raise TrainingStatusValueError(
@@ -909,6 +910,8 @@ class StatusStore:
         unkept = self._storage.take_warning()
         check_metadata(document.metadata, self._registered_metadata(), location=self._location)
         self._install(document)
+        import datetime  # here: only a restore from the history needs it
+
         written = datetime.datetime.fromtimestamp(version.mtime_ns / 1e9, datetime.timezone.utc)
         if unkept is not None:
             warn(unkept)
@@ -1170,6 +1173,8 @@ class StatusStore:
 
     def _pause(self, backoff: float, why: str | None, deadline: float | None | bool = False) -> float:
         """Sleep about ``backoff`` s (jittered) within ``deadline`` (default: the call's); the next backoff."""
+        import random  # here: only a lost conditional write (S3) pauses
+
         delay = random.uniform(backoff / 2, backoff)
         if deadline is False:
             deadline = self._deadline
