@@ -89,3 +89,14 @@ def test_the_help_is_as_wide_as_shutil_says(monkeypatch: pytest.MonkeyPatch, col
 
     assert _cli_main._terminal_columns() == shutil.get_terminal_size().columns
     assert _cli_main._Formatter("trainstatus")._width == argparse.RawDescriptionHelpFormatter("trainstatus")._width
+
+
+def test_debug_records_reach_logging_once_the_program_imports_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The library's logger (``_log``) passes its records to ``logging.getLogger("trainstatus")``,
+    with the line that logged them, whenever the program has imported logging."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="trainstatus"), StatusStore(tmp_path / "s.json") as store:
+        store.set("a", "k", 1)
+    wrote = [r for r in caplog.records if r.name == "trainstatus" and r.getMessage().startswith("wrote ")]
+    assert wrote and wrote[0].module == "_storage", [(r.module, r.getMessage()) for r in caplog.records]
