@@ -16,7 +16,9 @@ import importlib.util
 import sys
 from collections.abc import Callable, MutableMapping
 from types import ModuleType
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["OnFirstUse", "lazy_module"]
 

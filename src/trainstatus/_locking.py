@@ -41,7 +41,9 @@ import weakref
 from collections.abc import Callable, Iterator
 import contextlib
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import _fair, _interrupts
 from ._errors import TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusWriteError

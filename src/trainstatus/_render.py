@@ -23,7 +23,6 @@ import operator
 import threading
 from collections.abc import Iterable, Mapping
 from itertools import chain, compress, count, islice, repeat
-from typing import cast
 
 from ._codec import _CATEGORY_SEP, _ENTRY_SEP, _RAW, Entry, _name_bytes, render
 
@@ -108,7 +107,7 @@ class _Category:
         parts.append(_CATEGORY_SEP)
         self.parts = tuple(parts)
 
-    def patched(self, entries: Mapping[str, Entry], keys: Iterable[str]) -> _Category:
+    def patched(self, entries: dict[str, Entry], keys: Iterable[str]) -> _Category:
         """This category for ``entries``: this one's dict with (only) ``keys`` set or deleted."""
         old = self.entries
         if self.chunks is None or not entries:
@@ -138,7 +137,7 @@ class _Category:
         chunks = list(self.chunks)
         # Keys new to the category come last in ``entries`` (a dict keeps insertion order); they
         # join the last chunk, or start one when it is full.
-        tail = list(islice(reversed(cast("dict[str, Entry]", entries)), added))  # a store's are dicts
+        tail = list(islice(reversed(entries), added))
         tail.reverse()
         for key in tail:
             last = chunks[-1]
@@ -263,8 +262,8 @@ class Renderer:
     ) -> _Category:
         if kept is not None and base is not None and by_category is not None:
             keys = by_category.get(name)
-            if keys is not None and base.get(name) is kept.entries:
-                return kept.patched(entries, keys)
+            if keys is not None and base.get(name) is kept.entries and type(entries) is dict:
+                return kept.patched(entries, keys)  # (a store's categories are dicts)
         return _Category(name, entries)
 
 
