@@ -479,7 +479,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             for variant in ("small", "big"):
                 add(f"durable set / floor ({variant})", shape, size, ratio(results, size, f"set_{variant}", "floor"),
                     limit, True, f"set_{variant} p50 / floor p50")
-            if size == "1MB" and shape in ("categories", "keys", "nan"):
+            if size == "1MB" and shape in ("categories", "keys", "nan", "behaviors", "small-keys"):
                 # Issue 23: against the bytes floor (nothing serialized); for the NaN list the set
                 # of the whole list, which must serialize it.
                 variants = ("big",) if shape == "nan" else ("small", "big")

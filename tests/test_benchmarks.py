@@ -132,7 +132,7 @@ def test_write_overhead_measures_every_shape(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(json_path.read_text())
-    assert list(report["results"]) == ["list", "categories", "keys", "nan", "deep"]
+    assert list(report["results"]) == ["list", "categories", "keys", "nan", "deep", "behaviors", "small-keys"]
     for shape, by_size in report["results"].items():
         methods = by_size["1KB"]
         expected = {"floor", "floor_bytes", "set_small", "set_big", "open", "json_loads", "get_big", "decode_big"}
