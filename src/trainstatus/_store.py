@@ -55,10 +55,9 @@ from ._errors import (
     TrainingStatusWriteError,
     warn,
 )
-from ._location import check_location
+from ._location import check_location, is_s3_url
 from ._load import METADATA, STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, is_newer_format, load_document
 from ._render import Renderer
-from ._location import is_s3_url
 from ._storage import Conflict, LocalFile, Storage
 from ._version import __version__
 
