@@ -8,6 +8,8 @@ alternate between, so every set changes the file.
   list        one behavior whose checkpoint list grows (ML-Agents' layout; the default)
   categories  many behaviors (``Walker3?team=0``...), each with a 10-entry checkpoint list
   keys        one category holding many keys, each a checkpoint record
+  behaviors   many categories, each with a 4-entry checkpoint list (about 750 at 1 MB)
+  small-keys  one category holding many small keys, a reward and a step each (about 15,500 at 1 MB)
   nan         the list, every third reward NaN (what ML-Agents writes for an unevaluated one)
   deep        the list spread over a chain of 16 nested objects (values 18 levels deep)
 """
@@ -50,7 +52,8 @@ def _newer(value: Any) -> Any:
     """``value`` with its last checkpoint record changed: what a trainer sets after a save."""
     copy = orjson.loads(orjson.dumps(value)) if not _has_nan(value) else json.loads(json.dumps(value))
     record = _last_record(copy)
-    record["creation_time"] += 60.0
+    if "creation_time" in record:
+        record["creation_time"] += 60.0
     record["steps"] += 1
     return copy
 
@@ -107,6 +110,18 @@ def _keys(n: int) -> Base:
     return _common({"Walker": {f"checkpoint-{i}": checkpoint(i) for i in range(1, n + 1)}})
 
 
+def _behaviors(n: int) -> Base:
+    base: Base = {}
+    for c in range(n):
+        checkpoints = [checkpoint(4 * c + i) for i in range(1, 5)]
+        base[f"Walker{c}?team=0"] = {"checkpoints": checkpoints, "final_checkpoint": checkpoints[-1]}
+    return _common(base)
+
+
+def _small_keys(n: int) -> Base:
+    return _common({"Walker": {f"step-{i}": {"steps": 500 * i, "reward": round(0.37 * i, 2)} for i in range(1, n + 1)}})
+
+
 def _nan(n: int) -> Base:
     checkpoints = [checkpoint(i, math.nan if i % 3 == 1 else None) for i in range(1, n + 1)]
     return _common({"Walker": {"checkpoints": checkpoints, "final_checkpoint": checkpoints[-1]}})
@@ -130,6 +145,10 @@ SHAPES = {
         Shape("keys", "many keys in one category, a checkpoint record each", _keys, ("Walker", "checkpoint-1"), "keys"),
         Shape("nan", "checkpoint list, every third reward NaN", _nan, ("Walker", "checkpoints"), "checkpoints"),
         Shape("deep", "checkpoint list spread over 16 nested objects", _deep, ("Walker", "tree"), "checkpoints"),
+        Shape("behaviors", "many categories, a 4-entry checkpoint list each", _behaviors,
+              ("Walker0?team=0", "checkpoints"), "categories"),
+        Shape("small-keys", "many small keys in one category, a reward and a step each", _small_keys,
+              ("Walker", "step-1"), "keys"),
     )
 }
 

@@ -8,6 +8,8 @@ block) this measures p50 and p99 latency of:
   floor          the same document orjson-serialized (OPT_INDENT_2, what the store writes) and
                  written by the bare durable protocol: temp file, write, fsync, rename, directory
                  fsync. No lock, no store: the physical reference.
+  floor bytes    the store's file bytes, prepared once, written by the same protocol: what a write
+                 costs with no serializing at all (issue 23's floor)
   set            StatusStore.set, durable (the default; history=20 keeps each replaced version)
   set h0         the same with history=0: what the history costs per set
   set (None)     the same list with every third reward None (ML-Agents writes None before a
@@ -86,6 +88,7 @@ BIG = ("Walker", "checkpoints")
 # shape, the others for the list shape (the benchmark's first one) only.
 METHODS = {
     "floor": "floor: orjson + temp, write, fsync, rename, dir fsync",
+    "floor_bytes": "floor of the bytes: prepared bytes + temp, write, fsync, rename, dir fsync",
     "set_small": "set, durable (small key)",
     "set_h0_small": "set, durable, history=0 (small key)",
     "set_big": "set, durable (big value)",
@@ -103,7 +106,7 @@ METHODS = {
     "get_big": "get (big value)",
     "decode_big": "reference: loads of the big value's bytes",
 }
-CORE = ("floor", "set_small", "set_big", "open", "json_loads", "orjson_loads", "get_big", "decode_big")
+CORE = ("floor", "floor_bytes", "set_small", "set_big", "open", "json_loads", "orjson_loads", "get_big", "decode_big")
 # Not timed in every round: one call per round, or a burst of them (see run_size).
 READS = ("open", "json_loads", "orjson_loads", "get_small", "get_big", "decode_big")
 
@@ -175,6 +178,9 @@ class Bench:
         self.nan_bytes = on_disk if _shapes._has_nan(self.document) else None
         self.floor_document = _shapes.without_nan(json.loads(on_disk))
         floor_write(self.floor_path, on_disk)
+        # Two versions of the file's bytes (the small key at two values), so that every write of the
+        # bytes floor changes the file, as every set does.
+        self.prepared = [on_disk, on_disk.replace(b'"lesson_num": 3', b'"lesson_num": 4', 1)]
         # In a folder of its own, as a run's status file is (run_logs/): opening lists the folder
         # for temp files of killed writers, and this one holds every other method's files and
         # their histories (well over a hundred names: 90 µs of listing that a run folder lacks).
@@ -230,6 +236,9 @@ class Bench:
             data = orjson.dumps(self.floor_document, option=orjson.OPT_INDENT_2) + b"\n"
             floor_write(self.floor_path, data if self.nan_bytes is None else self.nan_bytes)
 
+        def floor_bytes(i: int) -> None:
+            floor_write(self.floor_path, self.prepared[i % 2])
+
         def set_small(i: int) -> None:
             store.set(*SMALL, i)
 
@@ -283,7 +292,7 @@ class Bench:
         def decode_big(i: int) -> Any:
             return self.big_loads(self.big_bytes)
 
-        table: dict[str, Callable[[int], Any]] = {f.__name__: f for f in (floor, set_small, set_h0_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
+        table: dict[str, Callable[[int], Any]] = {f.__name__: f for f in (floor, floor_bytes, set_small, set_h0_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
                                          mlagents, sqlite_small, sqlite_big, open_store, json_loads, orjson_loads, get_small,
                                          get_big, decode_big)}
         table["open"] = table.pop("open_store")
@@ -309,7 +318,10 @@ def run_size(directory: str, shape: _shapes.Shape, target: int, rounds: int, war
         ops = bench.methods()
         names = list(ops)
         samples: dict[str, list[int]] = {name: [] for name in names}
-        clock = time.perf_counter_ns
+        # CPU of the whole process (every thread: the store's background closer too) per call: what
+        # a write costs the machine, less moved than the wall clock by other processes' disk traffic.
+        cpu_samples: dict[str, list[int]] = {name: [] for name in names}
+        clock, cpu_clock = time.perf_counter_ns, time.process_time_ns
         # A get takes microseconds: a burst of them per round, each timed on its own, so the p50
         # is a get in a busy loop and the p99 the first one after a write (cold caches).
         burst = GET_BURST if target <= 1 << 20 else 3
@@ -318,11 +330,14 @@ def run_size(directory: str, shape: _shapes.Shape, target: int, rounds: int, war
             for name in names[shift:] + names[:shift]:  # rotated: no method always runs first
                 op = ops[name]
                 for _ in range(burst if name in READS else 1):
+                    cpu_start = cpu_clock()
                     start = clock()
                     op(r)
                     elapsed = clock() - start
+                    cpu_elapsed = cpu_clock() - cpu_start
                     if r >= warmup:
                         samples[name].append(elapsed)
+                        cpu_samples[name].append(cpu_elapsed)
                 if name not in READS:
                     # Untimed: flush what this method left dirty. On ext4 (data=ordered) the next
                     # fsync would otherwise write it, charging a non-durable method's data to
@@ -330,7 +345,9 @@ def run_size(directory: str, shape: _shapes.Shape, target: int, rounds: int, war
                     os.sync()
         info = {"target_bytes": target, "file_bytes": bench.state_bytes, "count": count, "unit": shape.unit,
                 "rounds": rounds}
-        return info, {name: _common.summary_us(values) for name, values in samples.items()}
+        return info, {name: {**_common.summary_us(values),
+                             "cpu_p50_us": round(_common.percentile(cpu_samples[name], 50) / 1000, 2)}
+                      for name, values in samples.items()}
     finally:
         bench.close()
 
@@ -345,6 +362,18 @@ def _wall_ms(command: list[str], runs: int) -> float:
         subprocess.run(command, capture_output=True, check=True)
         times.append(time.perf_counter() - start)
     return round(statistics.median(times) * 1000, 2)
+
+
+def _run_ms(command: list[str]) -> tuple[float, float]:
+    """(wall clock, user + system CPU) of one run of ``command``, in ms."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command)
+    return wall * 1000, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def import_cost(runs: int, directory: str) -> dict[str, Any]:
@@ -363,13 +392,17 @@ def import_cost(runs: int, directory: str) -> dict[str, Any]:
     commands = {
         "bare_ms": [sys.executable, "-c", "pass"],
         "import_ms": [sys.executable, "-c", "import trainstatus"],
+        "store_import_ms": [sys.executable, "-c", "from trainstatus import StatusStore"],
         "help_ms": [*cli, "--help"],
         "show_ms": [*cli, "show", status],
     }
     walls: dict[str, list[float]] = {name: [] for name in commands}
+    cpus: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(runs):
         for name, command in commands.items():
-            walls[name].append(_wall_ms(command, 1))
+            wall, cpu = _run_ms(command)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
     times, heavy = [], []
     for _ in range(max(3, runs // 3)):
         done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
@@ -383,6 +416,8 @@ def import_cost(runs: int, directory: str) -> dict[str, Any]:
         "trainstatus_ms": round(statistics.median(times) / 1000, 2) if times else None,
         "runs": runs,
         **{name: round(statistics.median(values), 2) for name, values in walls.items()},
+        # User + system CPU of the process (medians): less moved by other processes than the wall clock.
+        "cpu_ms": {name: round(statistics.median(values), 2) for name, values in cpus.items()},
         "numpy_imported": "numpy" in heavy,
         "also_imported": heavy,
     }
@@ -421,10 +456,10 @@ def memory_cost(directory: str, target: int) -> dict[str, Any]:
 # -- targets -------------------------------------------------------------------------------------
 
 
-def ratio(results: dict[str, Any], size: str, a: str, b: str) -> float | None:
-    if size not in results or a not in results[size] or b not in results[size]:
+def ratio(results: dict[str, Any], size: str, a: str, b: str, figure: str = "p50_us") -> float | None:
+    if size not in results or a not in results[size] or b not in results[size] or figure not in results[size][a]:
         return None
-    return round(results[size][a]["p50_us"] / results[size][b]["p50_us"], 3)
+    return round(results[size][a][figure] / results[size][b][figure], 3)
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -444,6 +479,18 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             for variant in ("small", "big"):
                 add(f"durable set / floor ({variant})", shape, size, ratio(results, size, f"set_{variant}", "floor"),
                     limit, True, f"set_{variant} p50 / floor p50")
+            if size == "1MB" and shape in ("categories", "keys", "nan", "behaviors", "small-keys"):
+                # Issue 23: against the bytes floor (nothing serialized); for the NaN list the set
+                # of the whole list, which must serialize it.
+                variants = ("big",) if shape == "nan" else ("small", "big")
+                for variant in variants:
+                    limit = 1.5 if shape == "nan" else 1.15
+                    add(f"durable set / bytes floor ({variant})", shape, size,
+                        ratio(results, size, f"set_{variant}", "floor_bytes"), limit, True,
+                        f"set_{variant} p50 / floor_bytes p50 (the store's bytes, prepared, written)")
+                    add(f"durable set / bytes floor, CPU ({variant})", shape, size,
+                        ratio(results, size, f"set_{variant}", "floor_bytes", "cpu_p50_us"), limit, True,
+                        f"set_{variant} / floor_bytes, medians of the process's CPU time per call")
             add("open / json.loads", shape, size, ratio(results, size, "open", "json_loads"), 1.5, True,
                 "open p50 / (read + json.loads) p50")
             add("open / orjson.loads", shape, size, ratio(results, size, "open", "orjson_loads"), 3.0, True,
@@ -471,6 +518,12 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         for command in ("help", "show"):
             add(f"trainstatus {command} / bare start", "-", "-", round(imp[f"{command}_ms"] / imp["bare_ms"], 3), 3.0,
                 True, f"wall clock of trainstatus {command} (1 KB file) / python -c pass")
+        if "store_import_ms" in imp:  # issue 23's start-up figures, as differences of medians
+            add("from trainstatus import StatusStore - bare start (ms)", "-", "-",
+                round(imp["store_import_ms"] - imp["bare_ms"], 2), 20.0, True,
+                "wall clock of python -c 'from trainstatus import StatusStore' minus python -c pass")
+            add("trainstatus show - bare start (ms)", "-", "-", round(imp["show_ms"] - imp["bare_ms"], 2), 10.0, True,
+                "wall clock of trainstatus show (1 KB file) minus python -c pass")
     memory = report.get("memory")
     if memory:
         add("open store peak memory / file size", "list", "10MB", memory["peak_ratio"], 3.0, True,
@@ -524,7 +577,8 @@ def render(report: dict[str, Any]) -> str:
     lines.append(_common.table(["target", "shape", "size", "value", "limit", ""], rows))
     imp = report["import"]
     lines += ["", f"import trainstatus: {imp['trainstatus_ms']} ms (-X importtime, cumulative); wall clock: bare "
-                  f"python {imp['bare_ms']} ms, import {imp['import_ms']} ms, trainstatus --help {imp['help_ms']} ms, "
+                  f"python {imp['bare_ms']} ms, import {imp['import_ms']} ms, "
+                  f"from trainstatus import StatusStore {imp.get('store_import_ms', '-')} ms, trainstatus --help {imp['help_ms']} ms, "
                   f"show {imp['show_ms']} ms (medians of {imp['runs']}); numpy imported: "
                   f"{'yes' if imp['numpy_imported'] else 'no'}"]
     memory = report.get("memory")
@@ -535,7 +589,8 @@ def render(report: dict[str, Any]) -> str:
 
 
 # The methods that are not trainstatus's own: drawn dashed, so the store's lines stand out.
-REFERENCES = ("floor", "mlagents", "sqlite_small", "sqlite_big", "json_loads", "orjson_loads", "decode_big")
+FLOORS = ("floor", "floor_bytes")  # drawn black: the floor solid, the bytes floor dashed
+REFERENCES = ("floor", "floor_bytes", "mlagents", "sqlite_small", "sqlite_big", "json_loads", "orjson_loads", "decode_big")
 
 
 def plot_paths(report: dict[str, Any], path: str) -> dict[str, str]:
@@ -559,7 +614,7 @@ def plot(report: dict[str, Any], path: str) -> list[str] | None:
         fig, axes = plt.subplots(2, 1, figsize=(9, 10))
         for ax, kind in zip(axes, ("writes", "reads")):
             # A method keeps its colour in every shape's figure.
-            kind_methods = [m for m in METHODS if (m in READS) == (kind == "reads") and m != "floor"]
+            kind_methods = [m for m in METHODS if (m in READS) == (kind == "reads") and m not in FLOORS]
             colors = dict(zip(kind_methods, plt.get_cmap("tab10").colors))
             for method in METHODS:
                 if (method in READS) != (kind == "reads") or method not in results[sizes[0]]:
@@ -567,7 +622,7 @@ def plot(report: dict[str, Any], path: str) -> list[str] | None:
                 floor = method == "floor"
                 ax.plot(x, [results[s][method]["p50_us"] / 1000 for s in sizes],
                         "--" if method in REFERENCES and not floor else "-", marker="o",
-                        color="black" if floor else colors[method], linewidth=2.5 if floor else 1.5,
+                        color="black" if method in FLOORS else colors[method], linewidth=2.5 if floor else 1.5,
                         label=METHODS[method])
             ax.set_xscale("log")
             ax.set_yscale("log")
@@ -623,17 +678,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 KB and 32 KB, few rounds: a smoke test")
     parser.add_argument("--sizes", help="comma-separated subset of " + ",".join(SIZES))
-    parser.add_argument("--shape", default="list", help="one of " + ", ".join(_shapes.SHAPES) + ", or all")
+    parser.add_argument("--shape", default="list",
+                        help="one of " + ", ".join(_shapes.SHAPES) + " (or several, comma-separated), or all")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of rounds")
     _common.add_output_options(parser, "write_overhead")
     parser.add_argument("--dir", help="directory to measure in (default: a new temp dir; its filesystem matters)")
     parser.add_argument("--profile", metavar="SIZE", help="only profile one method (--method) at SIZE")
     parser.add_argument("--method", default="set_small", help="the method --profile runs (default set_small)")
+    parser.add_argument("--import-runs", type=int, default=15, help="fresh interpreters per start-up figure (median)")
     args = parser.parse_args(argv)
     if args.from_json:
         return _common.replot(parser, args, "write_overhead", plot)
 
-    shapes = list(_shapes.SHAPES) if args.shape == "all" else [args.shape]
+    shapes = list(_shapes.SHAPES) if args.shape == "all" else [s for s in args.shape.split(",") if s]
     unknown_shapes = set(shapes) - set(_shapes.SHAPES)
     if unknown_shapes:
         parser.error(f"unknown shape {sorted(unknown_shapes)}; choose from {', '.join(_shapes.SHAPES)} or all")
@@ -673,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["sizes"][name][size] = info
                 report["results"][name][size] = results
                 shutil.rmtree(sub, ignore_errors=True)
-        report["import"] = import_cost(3 if args.quick else 15, directory)
+        report["import"] = import_cost(3 if args.quick else args.import_runs, directory)
         if not args.quick:
             report["memory"] = memory_cost(directory, SIZES["10MB"])
     report["targets"] = targets(report)

@@ -70,7 +70,7 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
     assert report["benchmark"] == "write_overhead" and report["quick"] is True and report["format"] == 2
     assert_machine(report["machine"])
     methods = report["methods"]
-    assert list(methods) == ["floor", "set_small", "set_h0_small", "set_big", "set_none", "set_nd_small", "set_nd_big",
+    assert list(methods) == ["floor", "floor_bytes", "set_small", "set_h0_small", "set_big", "set_none", "set_nd_small", "set_nd_big",
                              "tx100", "mlagents", "sqlite_small", "sqlite_big", "open", "json_loads", "orjson_loads",
                              "get_small", "get_big", "decode_big"]
     assert report["small_key"] == "wall_height/lesson_num"
@@ -97,7 +97,8 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
                        ("durable set, history=20 / history=0", "1KB"), ("open / json.loads", "1KB"),
                        ("open / orjson.loads", "32KB"), ("get / loads of its bytes", "32KB")):
         assert (name, "list", size) in names, name
-    for start in ("import trainstatus - bare start (ms)", "trainstatus help / bare start", "trainstatus show / bare start"):
+    for start in ("import trainstatus - bare start (ms)", "trainstatus help / bare start", "trainstatus show / bare start",
+                  "from trainstatus import StatusStore - bare start (ms)", "trainstatus show - bare start (ms)"):
         assert (start, "-", "-") in names
     for target in report["targets"]:
         assert isinstance(target["met"], bool)
@@ -110,6 +111,8 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
 
     start = report["import"]
     assert start["trainstatus_ms"] > 0 and start["bare_ms"] > 0 and start["help_ms"] > 0 and start["show_ms"] > 0
+    assert start["store_import_ms"] > 0 and set(start["cpu_ms"]) == {"bare_ms", "import_ms", "store_import_ms", "help_ms",
+                                                                    "show_ms"}
     assert start["numpy_imported"] is False  # heavy imports stay lazy
     assert "memory" not in report  # a full run only
 
@@ -129,10 +132,10 @@ def test_write_overhead_measures_every_shape(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(json_path.read_text())
-    assert list(report["results"]) == ["list", "categories", "keys", "nan", "deep"]
+    assert list(report["results"]) == ["list", "categories", "keys", "nan", "deep", "behaviors", "small-keys"]
     for shape, by_size in report["results"].items():
         methods = by_size["1KB"]
-        expected = {"floor", "set_small", "set_big", "open", "json_loads", "get_big", "decode_big"}
+        expected = {"floor", "floor_bytes", "set_small", "set_big", "open", "json_loads", "get_big", "decode_big"}
         assert expected <= set(methods), shape
         assert ("orjson_loads" in methods) == (shape != "nan")  # orjson cannot read NaN
         for summary in methods.values():

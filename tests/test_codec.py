@@ -11,6 +11,8 @@ import json
 import math
 import os
 import pathlib
+import pickle
+import re
 import struct
 import sys
 import tempfile
@@ -590,16 +592,17 @@ def test_a_rendered_file_with_nan_is_sliced_and_its_nan_values_read_with_json() 
     assert same(decode(checkpoints), document["Walker"]["checkpoints"]) and decode(elo) == 1.5
 
 
-def test_a_sliced_nan_value_whose_encoding_falls_back_to_json_reads_the_same() -> None:
-    """A value holding NaN and the fast path's finite stand-in is written by Python's json
-    (``1e-07``); the file's bytes are orjson's spelling (``1e-7``) of the same numbers."""
+def test_a_sliced_nan_value_reads_as_its_encoding() -> None:
+    """A value holding NaN next to what was once the fast path's finite stand-in: sliced out of the
+    file and encoded again, it is the same bytes (orjson's spelling, ``1e-7``), and reads the same.
+    (Before the fragment walk, the encoding fell back to Python's json here and wrote ``1e-07``.)"""
     data = orjson.dumps({"a": {"k": [1.2345678901234567e-299, None, 1e-7]}}, option=orjson.OPT_INDENT_2)
     data = data.replace(b"null", b"NaN") + b"\n"
     sliced = entries_from_rendered(parse_document(data), data)
     assert sliced is not None
     taken, encoded = sliced["a"]["k"], encode_loaded(parse_document(data)["a"]["k"])
     assert taken.exotic and encoded.exotic
-    assert (b"1e-7\n" in taken.raw, b"1e-07\n" in encoded.raw) == (True, True)  # the case above
+    assert taken == encoded and b"1e-7\n" in encoded.raw
     assert same(decode(taken), decode(encoded))
 
 
@@ -805,23 +808,116 @@ def test_property_literals_fast_path_is_checked_not_trusted(value: Any) -> None:
     assert json.dumps(json.loads(fast)) == json.dumps(json.loads(_codec._json_dumps(_codec._Plain()(value))))
 
 
-def test_literals_fast_path_writes_a_checkpoint_list_and_falls_back_when_unsure() -> None:
+def test_literals_fast_path_writes_a_checkpoint_list_and_falls_back_when_unsure(monkeypatch: pytest.MonkeyPatch) -> None:
     checkpoints = [{"steps": i, "reward": NAN if i % 3 == 0 else None, "auxillary_file_paths": ["a.pt"]}
                    for i in range(300)]
     raw = _codec._dumps_plain(checkpoints)
     fast = _codec._with_literals(checkpoints, raw, _codec._dumps_plain)
     assert fast is not None and fast.count(b"NaN") == 100 and fast.count(b"null") == 200
     assert enc(checkpoints) == Entry(fast, exotic=True)
-    # A stand-in already in the data, or its text inside a string: the counts do not match.
-    stand_in = _codec._STAND_INS
-    text = _codec._STAND_IN_TEXT[b"Infinity"].decode()
-    for value in ([NAN, stand_in[b"NaN"]], [INF, f"x{text}"], [-INF, -stand_in[b"-Infinity"]]):
+    # A walk that misses a non-finite float (here: every one inside a tuple) leaves orjson's null
+    # for it: the counts do not match, and the value takes the slow walk.
+    real = _codec._swap_in
+    monkeypatch.setattr(_codec, "_swap_in", lambda value, tally: value if type(value) is tuple else real(value, tally))
+    for value in ([NAN, (INF,)], {"a": -INF, "b": [(NAN, 1e-7)]}):
         raw = _codec._dumps_plain(value)
         assert _codec._with_literals(value, raw, _codec._dumps_plain) is None
-        assert json.dumps(json.loads(enc(value).raw)) == json.dumps(json.loads(_codec._json_dumps(value)))
+        assert enc(value).raw == _codec._json_dumps(value)  # Python's json: 1e-07
     # Nothing non-finite after all (a null is a None): no fast answer, and the value is no exotic.
     assert _codec._with_literals([None, 1.5], b"[\n      null,\n      1.5\n    ]", _codec._dumps_plain) is None
     assert enc([None, 1.5]).exotic is False
+
+
+# -- issue 23: NaN literals by orjson fragments, byte for byte what the pickle stand-ins wrote ------
+
+_PICKLE_RECORD = re.compile(rb"G[\x7f\xff][\xf0-\xff][\x00-\xff]{6}")
+_STAND_INS = {b"NaN": 1.2345678901234567e-299, b"Infinity": 2.3456789012345678e-299,
+              b"-Infinity": 3.4567890123456789e-299}
+
+
+def pickle_literals(value: Any) -> bytes | None:
+    """The NaN path before issue 23, kept as the oracle: pickle the value, swap each non-finite
+    float's record for a finite stand-in, read it back, encode it with orjson, swap the stand-ins'
+    text for the literals; None where that was unsure (the slow walk wrote the value then)."""
+    raw = _codec._dumps_plain(value)
+    packed = pickle.dumps(value, protocol=5)
+    pieces: list[bytes] = []
+    counts = dict.fromkeys(_STAND_INS, 0)
+    last = 0
+    for match in _PICKLE_RECORD.finditer(packed):
+        (number,) = struct.unpack(">d", match.group()[1:])
+        if math.isfinite(number):
+            continue
+        literal = b"NaN" if number != number else (b"Infinity" if number > 0 else b"-Infinity")
+        counts[literal] += 1
+        pieces += (packed[last:match.start()], b"G" + struct.pack(">d", _STAND_INS[literal]))
+        last = match.end()
+    if not pieces:
+        return None
+    pieces.append(packed[last:])
+    try:
+        out = _codec._dumps_plain(pickle.loads(b"".join(pieces)))
+    except Exception:  # noqa: BLE001
+        return None
+    as_null = out
+    for literal, number in _STAND_INS.items():
+        text = orjson.dumps(number)
+        if out.count(text) != counts[literal]:
+            return None
+        as_null = as_null.replace(text, b"null")
+    if as_null != raw:
+        return None
+    for literal, number in _STAND_INS.items():
+        out = out.replace(orjson.dumps(number), literal)
+    return out
+
+
+def assert_as_the_pickle_path_wrote(value: Any) -> None:
+    expected = pickle_literals(value)
+    if expected is None:  # no non-finite float, or the old path was unsure: nothing to compare
+        return
+    assert enc(value) == Entry(expected, exotic=True)
+
+
+# Values as trainers store them: checkpoint records with NaN rewards beside Nones and strings that
+# hold "null", "NaN" or "Infinity" as text.
+_nonfinite_json = st.recursive(
+    json_scalars | st.sampled_from(NONFINITE) | st.sampled_from(["null", "NaN", "-Infinity", "x null y"]),
+    lambda children: (st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=6), children, max_size=5)
+                      | st.lists(children, max_size=3).map(tuple)),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_nonfinite_json)
+def test_property_nan_values_are_written_as_the_pickle_path_wrote(value: Any) -> None:
+    assert_as_the_pickle_path_wrote(value)
+
+
+@pytest.mark.long
+@settings(max_examples=20_000, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_nonfinite_json)
+def test_property_nan_values_are_written_as_the_pickle_path_wrote_20000(value: Any) -> None:
+    assert_as_the_pickle_path_wrote(value)
+
+
+def test_nan_values_with_null_in_their_text_stay_on_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strings holding "null" (which the check counts) and the old stand-ins are no reason for the
+    slow walk; a checkpoint list of every kind of literal is what the pickle path wrote."""
+    walked: list[Any] = []
+    real = _codec._Plain.__call__
+    monkeypatch.setattr(_codec._Plain, "__call__", lambda self, v: walked.append(v) or real(self, v))
+    checkpoints = [{"steps": i, "reward": NONFINITE[i % 6] if i % 2 else None, "path": f"null/{i}.onnx",
+                    "aux": (1e-7, [1e16])} for i in range(60)]
+    for value in (["null", NAN], {"null": None, "n": -INF}, checkpoints, ("x null", (None, INF))):
+        assert_as_the_pickle_path_wrote(value)
+        assert pickle_literals(value) is not None
+    # A stand-in in the data made the pickle path unsure (Python's json wrote it: 1e-07); now it
+    # is a float like any other.
+    assert enc([NAN, _STAND_INS[b"NaN"], 1e-7]).raw == b"[\n      NaN,\n      1.2345678901234568e-299,\n      1e-7\n    ]"
+    assert walked == []
 
 
 @pytest.mark.parametrize("bad", NONFINITE, ids=["nan", "-nan", "inf", "-inf", "inf*0", "nan-payload"])
@@ -874,9 +970,8 @@ def test_a_builtin_value_with_none_is_cleared_without_the_walk(monkeypatch: pyte
     checkpoints = [{"steps": i, "reward": None if i % 3 == 0 else i / 3, "paths": [f"c{i}.onnx"]} for i in range(20)]
     assert not enc(checkpoints).exotic
     assert walked == []
-    assert enc([None, NAN]).exotic and walked == []  # a NaN: pickle finds it, orjson writes it (issue 13)
-    assert enc([None, NAN, _codec._STAND_INS[b"NaN"]]).exotic and walked  # a stand-in in the data: the walk
-    walked.clear()
+    assert enc([None, NAN]).exotic and walked == []  # a NaN: orjson writes it, with a fragment (issue 23)
+    assert enc([None, NAN, 1.2345678901234567e-299]).exotic and walked == []  # pickle's stand-in once: no walk
     assert not enc([None, Checkpoint(1, 2.0)]).exotic  # a dataclass: marshal cannot tell, the walk does
     assert walked
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._location import object_store, url_scheme
-from ._object_store import ObjectStorage
+if TYPE_CHECKING:
+    from ._object_store import ObjectStorage
 
 __all__ = ["object_store_url", "open_object_store"]
 

@@ -28,7 +28,6 @@ import contextlib
 import enum
 import errno
 import itertools
-import logging
 import math
 import numbers
 import os
@@ -61,6 +60,7 @@ from ._errors import (
     warn,
 )
 from ._load import METADATA
+from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._committing import retold
 from ._store import StatusStore
 

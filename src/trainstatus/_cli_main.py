@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 
@@ -33,6 +34,10 @@ class _Command:
 
     def load(self) -> Callable[[argparse.Namespace], int]:
         """The function, its module imported (orjson with it, for all but show and get)."""
+        if self.module != "_cli_read":
+            # Here, under the console script's first handler: a Ctrl-C during orjson's setup would
+            # end the process with a segfault; the codec would otherwise import it at first use.
+            import orjson  # noqa: F401
         run: Callable[[argparse.Namespace], int] = getattr(
             importlib.import_module(f".{self.module}", __package__), self.function)
         return run
@@ -49,7 +54,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(args)
 
 
-_FORMATTER = argparse.RawDescriptionHelpFormatter
+def _terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``, without importing shutil (see ``_Formatter``)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]  # None: caught, as shutil does
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return columns
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter, told the terminal's width. argparse makes one for every
+    ``add_argument`` (to check its metavar), and one left to find the width itself imports shutil,
+    which imports bz2, lzma, zlib and fnmatch: several ms of every command, help or none."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _terminal_columns() - 2 if width is None else width)
+
+
+_FORMATTER = _Formatter
 _TOP_EPILOG = """\
 commands that change the file (set, delete, restore, prune-missing, corrupt restore) take the lock
 beside it and write atomically and durably, like a trainer's own writes; the others only read (history --prune
@@ -125,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    locking = argparse.ArgumentParser(add_help=False)
+    locking = argparse.ArgumentParser(add_help=False, formatter_class=_FORMATTER)
     locking.add_argument(
         "--lock-timeout", type=_seconds, default=DEFAULT_LOCK_TIMEOUT, metavar="SECONDS",
         help=f"wait at most this long for the lock (default {DEFAULT_LOCK_TIMEOUT:g}) when a "
@@ -137,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
              "another shared filesystem that trainers on several machines open with lock=\"soft\"",
     )
 
-    remote = argparse.ArgumentParser(add_help=False)
+    remote = argparse.ArgumentParser(add_help=False, formatter_class=_FORMATTER)
     remote.add_argument(
         "--storage-option", action="append", metavar="NAME=VALUE",
         help="for an s3://, gs:// or az:// PATH: an option of its client, named as in s3fs, gcsfs or adlfs "
@@ -145,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
              "A VALUE that is a JSON object or array, true, false or null is read as JSON",
     )
 
-    writing = argparse.ArgumentParser(add_help=False)
+    writing = argparse.ArgumentParser(add_help=False, formatter_class=_FORMATTER)
     writing.add_argument(
         "--allow-downgrade", action="store_true",
         help=f"rewrite a file of a newer format version in format {STATUS_FORMAT_VERSION}, dropping "

@@ -26,32 +26,45 @@ from __future__ import annotations
 
 import enum
 import gc
-import json
 import marshal
 import math
 import operator
-import re
-import struct
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain, islice, repeat
-from typing import Any, NamedTuple, cast
-
-import orjson
+from collections import namedtuple
 
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
+from ._lazy import OnFirstUse
 
-__all__ = [
-    "Entry", "check_name", "decode", "encode_loaded", "encode_value", "entries_from_rendered", "parse_document",
-    "read_rendered", "render",
-]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    import json
+    import re
+    from typing import Any, NamedTuple
 
-_OPTIONS = orjson.OPT_INDENT_2
+    import orjson
+else:
+    # orjson's setup imports dataclasses, inspect, uuid and platform (10 ms or more), json brings
+    # re: ``from trainstatus import StatusStore`` pays for neither; the first store that opens
+    # pays for orjson, and json is imported where a file or a value needs it. The command line
+    # imports orjson itself before a command that needs it runs, under its first Ctrl-C handler
+    # (``_cli_main._Command.load``).
+    json = OnFirstUse("json", globals())
+    orjson = OnFirstUse("orjson", globals(), lambda module: _check_orjson(module))
+
+
+def _check_orjson(module: Any) -> None:
+    if module.OPT_INDENT_2 != _OPTIONS or module.OPT_INDENT_2 | module.OPT_SERIALIZE_NUMPY != _NUMPY_OPTIONS:
+        raise ImportError(f"orjson {module.__version__}'s options are not the ones trainstatus uses")
+
+
+_OPTIONS = 1  # orjson.OPT_INDENT_2, checked when orjson is imported
 # With OPT_SERIALIZE_NUMPY orjson imports numpy on meeting a type it does not know (a set, a float
 # subclass); without numpy already imported no numpy value can exist, so the option waits for it.
 # It is given only to values known to hold numpy arrays (see _dumps_value).
-_NUMPY_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+_NUMPY_OPTIONS = 1 | 16  # orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, likewise
 # A value sits two levels deep in the file (category -> key -> value). orjson writes it indented
 # for that place when it is wrapped two levels deep ({"": {"": value}}) and the wrapper's bytes
 # are sliced off: a memcpy, where re-indenting afterwards (a replace of every newline) cost about
@@ -67,7 +80,7 @@ _WRAP_TAIL = len(b"\n  }\n}")
 # no back-references (whose numbers would add 0x7f/0xff bytes, and whose table made marshal 1.7
 # times slower on a checkpoint list sharing its strings with an older one).
 _MARSHAL_VERSION = 2
-_NONFINITE_FLOAT = re.compile(rb"g[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]")
+_NONFINITE_FLOAT_PATTERN = rb"g[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]"
 _FLOAT_CODES = (ord("g"),)
 # How many 0x7f/0xff bytes to look at one by one (about 0.3 µs each) before the regex (about 9 ns
 # a byte) is cheaper.
@@ -78,18 +91,34 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_DIGIT_RUN = b"0" * 19
 # Python's json reads the escapes of a high surrogate followed by a low one as one character, so a
 # string holding such a pair as two code points cannot come back from a file as it went in.
-_SURROGATE_PAIR = re.compile("[\\ud800-\\udbff][\\udc00-\\udfff]")
+# Compiled on first use (``_pattern``): re and its compiler are a few ms of a start otherwise.
+_SURROGATE_PAIR_PATTERN = "[\\ud800-\\udbff][\\udc00-\\udfff]"
+_PATTERNS: dict[str | bytes, re.Pattern[Any]] = {}
 
 
-class Entry(NamedTuple):
-    """One stored value: its bytes as they stand in the file, indented for their place.
+def _pattern(text: str | bytes) -> re.Pattern[Any]:
+    compiled = _PATTERNS.get(text)
+    if compiled is None:
+        import re
 
-    Immutable. A NamedTuple rather than a frozen dataclass: made on every ``set``, and it is
-    three times cheaper to create (0.3 against 0.9 µs), a tenth of a set inside a transaction.
-    """
+        compiled = _PATTERNS[text] = re.compile(text)
+    return compiled
 
-    raw: bytes
-    exotic: bool = False  # needs Python's json to read: NaN/Infinity or an integer beyond 64 bits
+
+if TYPE_CHECKING:
+
+    class Entry(NamedTuple):
+        raw: bytes
+        exotic: bool = False  # needs Python's json to read: NaN/Infinity or an integer beyond 64 bits
+
+else:  # the same class, without importing typing for its NamedTuple
+    Entry = namedtuple("Entry", ("raw", "exotic"), defaults=(False,), module=__name__)
+Entry.__doc__ = """One stored value: its bytes as they stand in the file, indented for their place.
+
+Immutable. A named tuple rather than a frozen dataclass: made on every ``set``, and it is three
+times cheaper to create (0.3 against 0.9 µs), a tenth of a set inside a transaction. ``exotic``:
+it needs Python's json to read (NaN/Infinity, or an integer beyond 64 bits).
+"""
 
 
 # Entry(raw) runs the NamedTuple's __new__, written in Python; on the hot paths this makes the
@@ -284,76 +313,130 @@ def _probe_nonfinite(value: Any) -> int:
                 return _MAYBE_PLAIN
             tried += 1
             if tried > enough:
-                return _MAYBE_PLAIN if _NONFINITE_FLOAT.search(packed) is not None else _NONE_THERE
+                return _MAYBE_PLAIN if _pattern(_NONFINITE_FLOAT_PATTERN).search(packed) is not None else _NONE_THERE
             at = packed.find(last, at + 1)
     return _NONE_THERE
 
 
-# The fast way to NaN literals (_with_literals). pickle writes each float, wherever it is, as its
-# own b"G" record of 8 big-endian bytes (floats are never shared through pickle's memo), in C and
-# fast; a non-finite one has all 11 exponent bits set. Each such record is swapped for a finite
-# stand-in of the same length, the value is read back and encoded by orjson, and the stand-ins'
-# text is swapped for the literals Python's json writes.
-_NONFINITE_RECORD = re.compile(rb"G[\x7f\xff][\xf0-\xff][\x00-\xff]{6}")
-# Finite floats no trainer stores; if one does, the counts below do not match and the slow walk
-# writes the value instead.
-_STAND_INS = {
-    b"NaN": 1.2345678901234567e-299,
-    b"Infinity": 2.3456789012345678e-299,
-    b"-Infinity": 3.4567890123456789e-299,
-}
-_STAND_IN_RECORDS = {literal: b"G" + struct.pack(">d", x) for literal, x in _STAND_INS.items()}
-_STAND_IN_TEXT = {literal: orjson.dumps(x) for literal, x in _STAND_INS.items()}
+# The fast way to NaN literals (_with_literals): orjson writes an ``orjson.Fragment``'s bytes as
+# they are, so a copy of the value with each non-finite float replaced by the fragment of its
+# literal is written by orjson in one pass, every other byte as orjson writes it.
+_LITERAL_FRAGMENTS: tuple[orjson.Fragment, ...] = ()  # made by the first _with_literals
+# How many bytes longer than orjson's null each literal is.
+_LITERAL_GROWTH = (len(b"NaN") - 4, len(b"Infinity") - 4, len(b"-Infinity") - 4)
+
+
+def _literal(number: float, tally: list[int]) -> orjson.Fragment:
+    which = 0 if number != number else (1 if number > 0 else 2)
+    tally[which] += 1
+    return _LITERAL_FRAGMENTS[which]
+
+
+def _swap_in(value: Any, tally: list[int]) -> Any:
+    """``value`` with each non-finite float as its literal's fragment; ``value`` itself when none.
+
+    Copy on write: only the containers on the way to a non-finite float are copied (a tuple as a
+    list: orjson writes both alike). Builtin types only (what ``_MAYBE_PLAIN`` says the value is).
+    ``tally`` counts the NaNs, infinities and negative infinities put in, and the Nones seen.
+    ``x - x`` is 0.0 for a finite float and NaN (true) for NaN and the infinities.
+    """
+    kind = type(value)
+    if kind is float:
+        return _literal(value, tally) if value - value else value
+    if value is None:
+        tally[3] += 1
+        return value
+    if kind is dict:
+        out = None
+        for key, item in value.items():
+            kind = type(item)
+            if kind is float:
+                if not item - item:
+                    continue
+                new = _literal(item, tally)
+            elif kind is dict or kind is list or kind is tuple:
+                new = _swap_in(item, tally)
+                if new is item:
+                    continue
+            else:
+                if item is None:
+                    tally[3] += 1
+                continue
+            if out is None:
+                out = dict(value)
+            out[key] = new
+        return value if out is None else out
+    if kind is list or kind is tuple:
+        copy = None
+        for i, item in enumerate(value):
+            kind = type(item)
+            if kind is float:
+                if not item - item:
+                    continue
+                new = _literal(item, tally)
+            elif kind is dict or kind is list or kind is tuple:
+                new = _swap_in(item, tally)
+                if new is item:
+                    continue
+            else:
+                if item is None:
+                    tally[3] += 1
+                continue
+            if copy is None:
+                copy = list(value)
+            copy[i] = new
+        return value if copy is None else copy
+    return value
 
 
 def _with_literals(value: Any, raw: bytes, encode: Callable[[Any], bytes]) -> bytes | None:
     """``encode(value)`` with NaN/Infinity written as literals, at orjson's speed; None if unsure.
 
     ``value`` is of builtin types only (``_MAYBE_PLAIN``) and ``raw`` is ``encode(value)`` as
-    orjson wrote it (non-finite floats as null). What it returns is checked, not trusted: each
-    stand-in's text must appear exactly as many times as it was put in, and with every stand-in
-    read as null the bytes must be ``raw`` itself, so a record matched by accident (bytes of an
-    integer or a length that look like a float) or a stand-in already in the data is caught, and
-    the caller takes the slow walk. Returns None when there is no non-finite float after all.
+    orjson wrote it (non-finite floats as null). What it returns is checked, not trusted: it must
+    be longer than ``raw`` by exactly the literals' extra bytes (each fragment written as it is,
+    where orjson had written null), and hold no more nulls than the walk saw Nones and the value's
+    strings hold (a non-finite float the walk missed would still be a null); if unsure, the caller
+    takes the slow walk. None also when there is no non-finite float.
     """
-    import pickle  # 3 ms, for values holding NaN only
-
-    packed = pickle.dumps(value, protocol=5)
-    pieces: list[bytes] = []
-    counts = dict.fromkeys(_STAND_INS, 0)
-    last = 0
-    for match in _NONFINITE_RECORD.finditer(packed):
-        (number,) = struct.unpack(">d", match.group()[1:])
-        if math.isfinite(number):
-            continue  # bytes that only look like a record: the checks below catch a real mix-up
-        literal = b"NaN" if number != number else (b"Infinity" if number > 0 else b"-Infinity")
-        counts[literal] += 1
-        pieces += (packed[last:match.start()], _STAND_IN_RECORDS[literal])
-        last = match.end()
-    if not pieces:
-        return None
-    pieces.append(packed[last:])
+    global _LITERAL_FRAGMENTS
+    if not _LITERAL_FRAGMENTS:
+        _LITERAL_FRAGMENTS = (orjson.Fragment(b"NaN"), orjson.Fragment(b"Infinity"), orjson.Fragment(b"-Infinity"))
+    tally = [0, 0, 0, 0]  # NaN, Infinity, -Infinity put in; Nones seen
     try:
-        # Our own bytes of builtin types only: nothing here imports or calls anything.
-        patched = b"".join(pieces)
-        if len(patched) >= PAUSE_FROM:
-            with collector_paused():  # as in decode: every container it makes is new
-                copy = pickle.loads(patched)
-        else:
-            copy = pickle.loads(patched)
+        copy = _swap_in(value, tally)
+    except RecursionError:  # deeper than orjson writes anyway: the slow walk explains it
+        return None
+    if not (tally[0] or tally[1] or tally[2]):
+        return None
+    try:
         out = encode(copy)
-    except Exception:  # noqa: BLE001 - a record matched by accident broke the stream: walk instead
+    except TypeError:  # orjson refused the copy (it took the value): not ours to guess why
         return None
-    as_null = out
-    for literal, text in _STAND_IN_TEXT.items():
-        if out.count(text) != counts[literal]:
-            return None
-        as_null = as_null.replace(text, b"null")
-    if as_null != raw:
+    grown = tally[0] * _LITERAL_GROWTH[0] + tally[1] * _LITERAL_GROWTH[1] + tally[2] * _LITERAL_GROWTH[2]
+    if len(out) != len(raw) + grown:
         return None
-    for literal, text in _STAND_IN_TEXT.items():
-        out = out.replace(text, literal)
+    nulls = out.count(b"null")
+    if nulls != tally[3] and nulls != tally[3] + _nulls_in_text(value):
+        return None
     return out
+
+
+def _nulls_in_text(value: Any) -> int:
+    """How many times "null" appears in the strings (keys included) of a value of builtin types.
+
+    Their JSON holds it at least as often (letters are never escaped; an escape such as ``\\n``
+    before "ull" can make one more, which fails the check: the slow walk then writes the value).
+    """
+    kind = type(value)
+    if kind is str:
+        found: int = value.count("null")
+        return found
+    if kind is dict:
+        return sum(key.count("null") + _nulls_in_text(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return sum(map(_nulls_in_text, value))
+    return 0
 
 
 def _utf8(text: str) -> bytes:
@@ -429,7 +512,7 @@ def _with_nonfinite(value: Any, raw: bytes) -> Entry | None:
     """The entry of a value whose orjson output ``raw`` has a null, when it holds NaN/Infinity.
 
     orjson writes NaN and +-Infinity as null. Only a value whose output has a null can hold one;
-    marshal clears most of them, pickle writes most others (``_with_literals``), the walk the rest.
+    marshal clears most of them, orjson writes most others with fragments (``_with_literals``), the walk the rest.
     """
     probe = _probe_nonfinite(value)
     if probe == _MAYBE_PLAIN:
@@ -451,6 +534,10 @@ def _dumps_plain(value: Any) -> bytes:
 
 def encode_loaded(value: Any) -> Entry:
     """Encode a value read from a file (plain JSON types), keeping every number exactly."""
+    if type(value) is str and value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        # JSON writes such a string as it is, in quotes. The store's own metadata (versions) is
+        # encoded when it is imported, which so needs no orjson (see _ImportedOnFirstUse).
+        return Entry(b'"' + value.encode() + b'"')
     try:
         raw = _dumps_plain(value)
     except TypeError:  # an integer beyond 64 bits or a lone surrogate: only json writes it back
@@ -518,7 +605,7 @@ def check_name(name: str, what: str, location: str) -> None:
     """
     if name.isascii():
         return
-    pair = _SURROGATE_PAIR.search(name)
+    pair = _pattern(_SURROGATE_PAIR_PATTERN).search(name)
     if pair is not None:
         raise TrainingStatusValueError(
             f"The {what} {name!r} for {location} {_pair_problem(pair.group(), 'name')}. Nothing "
@@ -635,7 +722,7 @@ def entries_from_rendered(parsed: Mapping[str, Any], data: bytes) -> dict[str, d
             # step per key was most of the cost of opening a file of small values.
             pieces = data[start + 1:end - 3].split(_KEY_LINE)
             cuts = map(slice, map(operator.add, map(len, _name_bytes(value)), repeat(1)), repeat(-1))
-            raws = cast("Iterator[bytes]", map(operator.getitem, islice(pieces, 1, None), cuts))
+            raws: Iterator[bytes] = map(operator.getitem, islice(pieces, 1, None), cuts)  # type: ignore[arg-type]
             made: Iterable[tuple[bytes, bool]]
             if literals:  # a value whose bytes hold no literal holds no non-finite float
                 listed = list(raws)
@@ -785,7 +872,7 @@ def _find_problem(value: Any, where: str, depth: int, top: str = "",
             False,
         )
     if isinstance(value, str):
-        pair = None if value.isascii() else _SURROGATE_PAIR.search(value)
+        pair = None if value.isascii() else _pattern(_SURROGATE_PAIR_PATTERN).search(value)
         if pair is not None:
             return (where, f"the string {_pair_problem(pair.group(), 'value')}", False)
         return None
@@ -800,7 +887,7 @@ def _find_problem(value: Any, where: str, depth: int, top: str = "",
                     "an Enum)",
                     True,
                 )
-            pair = None if k.isascii() else _SURROGATE_PAIR.search(k)
+            pair = None if k.isascii() else _pattern(_SURROGATE_PAIR_PATTERN).search(k)
             if pair is not None:
                 return (where, f"the dict key {k!r} {_pair_problem(pair.group(), 'key')}", False)
             found = _find_problem(v, f"{where}[{k!r}]", depth + 1, top, holders)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ._codec import render
 from ._conflicts import FIRST_BACKOFF, _Conflicts
 from ._document import apply
 from ._errors import TrainingStatusVersionError, TrainingStatusWriteError, warn
 from ._load import METADATA, STATUS_FORMAT_VERSION
+from ._render import Renderer
 from ._storage import Conflict
 
 _AGAIN = "set the value again"  # what the storage's write errors say to do once the cause is fixed
@@ -74,9 +74,11 @@ class _Committing(_Conflicts):
                 path=self._location,
                 found_version=self._newer_format,
             )
-        document = apply({} if self._cleared else self._doc, self._pending)
+        base = {} if self._cleared else self._doc
+        document = apply(base, self._pending)
         meta = dict(self._own_metadata) if self._cleared else self._meta
-        data = render({**document, METADATA: meta})
+        # Rebuilds only the categories (or chunks of a big one) the pending changes touch.
+        data = self._renderer.render({**document, METADATA: meta}, base, self._pending)
         try:
             self._storage.replace(data)
         except Conflict:

@@ -17,11 +17,10 @@ body again).
 from __future__ import annotations
 
 import contextlib
-import logging
-import random
 import time
 
 from . import _interrupts
+from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._codec import Entry
 from ._document import ALL
 from ._errors import TrainingStatusConflictError, TrainingStatusReadError
@@ -106,6 +105,8 @@ class _Conflicts(_Opening):
 
     def _pause(self, backoff: float, why: str | None, deadline: float | None | bool = False) -> float:
         """Sleep about ``backoff`` s (jittered) within ``deadline`` (default: the call's); the next backoff."""
+        import random  # only after a lost race (imported at need: see test_startup)
+
         delay = random.uniform(backoff / 2, backoff)
         if deadline is False:
             deadline = self._deadline

@@ -23,6 +23,7 @@ from typing import Any
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
 from ._load import METADATA, STATUS_FORMAT_VERSION, Document, is_newer_format
+from ._render import Renderer
 from ._storage import Storage
 from ._version import __version__
 
@@ -97,6 +98,7 @@ class _Document:
         self._own_metadata = self._metadata_entries(metadata or {})
         self._doc: dict[str, dict[str, Entry]] = {}
         self._meta: dict[str, Entry] = {}
+        self._renderer = Renderer()  # keeps each category's bytes between writes (see _render)
         self._newer_format: str | None = None
 
     def _metadata_entries(self, metadata: Mapping[str, Any]) -> dict[str, Entry]:

@@ -32,7 +32,9 @@ import stat
 import struct
 import time
 from collections.abc import Callable
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Registry"]
 

@@ -12,7 +12,6 @@ written (the leader holds every lock by then) and its thread waits for the outco
 from __future__ import annotations
 
 import contextlib
-import copy
 import threading
 import time
 
@@ -42,6 +41,8 @@ def _error_for_waiter(error: BaseException, location: str) -> BaseException:
     """
     if isinstance(error, Exception):
         try:
+            import copy  # only for a failed batch's waiters (imported at need: see test_startup)
+
             twin = copy.copy(error)
         except Exception:  # noqa: BLE001 - an exception class that cannot be copied: described below
             twin = None

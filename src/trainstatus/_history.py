@@ -24,24 +24,32 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from typing import NamedTuple
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
 from . import _names
 
 __all__ = ["Version", "next_slot", "prune", "read", "versions"]
 
 
-class Version(NamedTuple):
-    """One kept version: its number, where it is, when it was written, its size.
+if TYPE_CHECKING:
 
-    A NamedTuple rather than a frozen dataclass: no ``exec`` at import.
-    """
+    class Version(NamedTuple):
+        sequence: int
+        path: str
+        mtime_ns: int
+        size: int
+        inode: tuple[int, int]  # (st_dev, st_ino): the same inode as the file means the same version
 
-    sequence: int
-    path: str
-    mtime_ns: int
-    size: int
-    inode: tuple[int, int]  # (st_dev, st_ino): the same inode as the file means the same version
+else:  # the same class, without importing typing for its NamedTuple
+    Version = namedtuple("Version", ("sequence", "path", "mtime_ns", "size", "inode"), module=__name__)
+Version.__doc__ = """One kept version: its number, where it is, when it was written, its size.
+
+A named tuple rather than a frozen dataclass: no ``exec`` at import.
+"""
 
 
 def versions(directory: str, name: str) -> list[Version]:

@@ -34,13 +34,16 @@ import threading
 import time
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any, ParamSpec, TypeVar
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any, ParamSpec, TypeVar
 
 __all__ = ["BOUNDARIES", "acquire", "deliver", "enter", "hold", "interruptible", "leave", "protected",
            "sleep", "state", "unhold"]
 
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
+if TYPE_CHECKING:  # only in annotations, which are strings at run time
+    _T = TypeVar("_T")
+    _P = ParamSpec("_P")
 # Every signal a Python handler can be installed for.
 _CATCHABLE = tuple(sorted(int(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)))
 

@@ -23,7 +23,6 @@ refuse the same files.
 
 from __future__ import annotations
 
-import json
 from collections import namedtuple
 from collections.abc import Mapping
 
@@ -107,6 +106,8 @@ class Duplicate(namedtuple("Duplicate", ("where", "values"))):  # not typing's: 
 def _readable(name: str) -> str:
     if name and name.isprintable() and name.strip() == name and not any(c in name for c in '/[]"'):
         return name
+    import json  # here and below: a store opening a file it wrote reads it with orjson alone
+
     return json.dumps(name, ensure_ascii=False)
 
 
@@ -114,6 +115,8 @@ _SHOWN_MAX = 60
 
 
 def _shown(value: Any) -> str:
+    import json
+
     text = json.dumps(value, ensure_ascii=False, allow_nan=True)
     return text if len(text) <= _SHOWN_MAX else text[: _SHOWN_MAX - 3] + "..."
 
@@ -179,6 +182,8 @@ def _parse_noting_duplicates(data: bytes) -> tuple[Any, list[Duplicate]]:
             return obj
         repeated = True
         return _Repeated(pairs)
+
+    import json
 
     try:
         tree = json.loads(data, object_pairs_hook=pairs_hook)

@@ -14,13 +14,15 @@ would mean deciding percent-decoding and host rules that a plain path never need
 from __future__ import annotations
 
 import os
-import re
 
 from ._errors import TrainingStatusValueError
 
 __all__ = ["SUPPORTED", "check_location", "file_url_advice", "is_s3_url", "object_store", "url_scheme"]
 
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+# A URL scheme (RFC 3986): a letter, then letters, digits, "+", "." or "-"; checked without re,
+# which every start that opens a store would otherwise import.
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_SCHEME_CHARS = _LETTERS | frozenset("0123456789+.-")
 SUPPORTED = "s3://, gs:// and az:// URLs and local paths"
 
 # scheme -> the object store it names (the module of its adapter: _s3, _gcs, _azure)
@@ -39,8 +41,10 @@ def object_store(location: str) -> str | None:
 
 def url_scheme(path: str) -> str | None:
     """The scheme ``path`` starts with, as written (``"gs"`` for ``gs://b/k``), or None."""
-    match = _SCHEME.match(path)
-    return None if match is None else match.group(1)
+    end = path.find("://")  # no scheme character is ":", so a scheme ends at the first "://"
+    if end < 1 or path[0] not in _LETTERS or not _SCHEME_CHARS.issuperset(path[:end]):
+        return None
+    return path[:end]
 
 
 def file_url_advice(url: str) -> str:

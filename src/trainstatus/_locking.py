@@ -34,7 +34,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import threading
 import time
 import types
@@ -42,7 +41,9 @@ import weakref
 from collections.abc import Callable, Iterator
 import contextlib
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import _fair, _interrupts
 from ._errors import TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusWriteError
@@ -507,6 +508,8 @@ def _holder(lease_path: str) -> str:
     except OSError:
         return "another process"
     # filelock's marker is "name=value" lines (pid, host, ...); anything else: no name to give.
+    import re  # here: only this message needs it
+
     pid = re.search(r"^pid=(\d+)$", record, re.MULTILINE)
     host = re.search(r"^host=(\S+)$", record, re.MULTILINE)
     if pid is None:

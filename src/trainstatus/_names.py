@@ -14,9 +14,11 @@ are the plain ``<file>.lock`` and so on, which ML-Agents and ``filelock.FileLock
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    import re
 
 __all__ = [
     "COPY_MARK",
@@ -59,6 +61,8 @@ def _stem(name: str, reserve: int) -> str:
         if room < 0:
             break
         kept.append(char)
+    import hashlib  # here: only names of 222 bytes and more need it, and every start would pay
+
     digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:_DIGEST]
     return "".join(kept) + "~" + digest
 
@@ -86,6 +90,8 @@ def temp_pattern(name: str) -> re.Pattern[str]:
     """The names this library gives temp files for status file ``name``, and no others."""
     pattern = _TEMP_PATTERNS.get(name)
     if pattern is None:  # re's own cache is keyed by the pattern text, which costs as much to build
+        import re  # here, as in the two below: a start that opens no store pays nothing for re
+
         pattern = re.compile(
             re.escape("." + _temp_stem(name) + _TEMP_MARK) + f"[0-9a-f]{{{_TEMP_RANDOM}}}" + re.escape(_TEMP_SUFFIX)
         )
@@ -105,6 +111,8 @@ def copy_stem(name: str) -> str:
 
 def copy_pattern(name: str) -> re.Pattern[str]:
     """The names of copies of ``name`` kept aside; groups: the UTC time and the number N or None."""
+    import re
+
     return re.compile(re.escape(copy_stem(name) + COPY_MARK) + r"(\d{8}T\d{6}\.\d{6}Z)(?:-(\d+))?")
 
 
@@ -115,4 +123,6 @@ def history_name(name: str, sequence: int) -> str:
 
 def history_pattern(name: str) -> re.Pattern[str]:
     """The names of versions of ``name`` kept in its history; group 1: the sequence number."""
+    import re
+
     return re.compile(re.escape(f".{_stem(name, _HISTORY_RESERVE)}{_HISTORY_MARK}") + f"(\\d{{{_HISTORY_DIGITS},}})")

@@ -12,10 +12,9 @@ store knew beats an empty document.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import logging
 
 from . import _history
+from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
 from ._codec import decode
 from ._errors import (
@@ -225,6 +224,8 @@ class _Opening(_Guarded):
         unkept = self._storage.take_warning()
         check_metadata(document.metadata, self._registered_metadata(), location=self._location)
         self._install(document)
+        import datetime  # only for a restore (imported at need: see test_startup)
+
         written = datetime.datetime.fromtimestamp(version.mtime_ns / 1e9, datetime.timezone.utc)
         if unkept is not None:
             warn(unkept)

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import datetime
 import errno as errno_codes
-import logging
 import os
 import stat
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterator
-from typing import ContextManager
 
 from . import _atomic, _history, _locking, _names
+from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._errors import TrainingStatusHistoryWarning, TrainingStatusReadError, TrainingStatusWarning, TrainingStatusWriteError
+from ._lazy import OnFirstUse
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    import datetime
+    from typing import ContextManager
+else:
+    datetime = OnFirstUse("datetime", globals())  # only a damaged file kept aside needs it
 
 __all__ = ["Conflict", "LocalFile", "Memory", "Storage", "byte_size", "default_file_mode"]
 

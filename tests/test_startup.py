@@ -1,0 +1,102 @@
+"""What starting up imports: ``from trainstatus import StatusStore`` and ``trainstatus show FILE``
+load none of the modules they were made to do without (issue 23's start-up figures).
+
+Checked in a fresh interpreter against a list of modules, not timed: a slip (an import moved back
+to the top of a module) fails here on any machine, loaded or not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainstatus import StatusStore
+
+# Loaded by the first store that opens (orjson, and the modules its setup imports), by the code
+# that needs them (json for files with NaN or not written by trainstatus, hashlib for names of
+# 222 bytes and more, datetime for a restore or a copy kept aside, copy/random for rare errors and
+# S3 retries, logging only by the program itself, the S3 backend by an s3:// URL), or never.
+NOT_FOR_THE_STORE_CLASS = (
+    "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "json", "hashlib", "datetime", "copy",
+    "random", "trainstatus._s3", "shutil", "argparse", "pickle", "numpy", "boto3", "traceback", "tokenize",
+    "subprocess", "tempfile",
+)
+# show reads with Python's json alone and prints: no codec, no store, no lock; and argparse's
+# formatter does not find the terminal's width through shutil (which imports bz2, lzma, zlib).
+NOT_FOR_SHOW = (
+    "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "hashlib", "datetime", "copy", "random",
+    "shutil", "bz2", "lzma", "zlib", "fnmatch", "trainstatus._codec", "trainstatus._store", "trainstatus._s3",
+    "trainstatus._storage", "trainstatus._cli", "pickle", "numpy", "traceback", "subprocess", "tempfile",
+)
+
+
+def loaded_after(code: str, *argv: str) -> dict[str, str]:
+    """The modules a fresh interpreter holds after ``code``, each with its type's name (a module
+    importlib's LazyLoader made but nothing has used yet is a ``_LazyModule``)."""
+    report = (  # importing nothing itself (json would be one of the modules looked for)
+        "\nimport sys as _sys\n"
+        "_sys.stderr.write(''.join(f'MODULE {n} {type(m).__name__}\\n' for n, m in list(_sys.modules.items())))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code + report, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in done.stderr.splitlines() if line.startswith("MODULE ")]
+    return {name: kind for _, name, kind in lines}
+
+
+def imported(modules: dict[str, str], names: tuple[str, ...]) -> list[str]:
+    return sorted(name for name in names if name in modules and modules[name] != "_LazyModule")
+
+
+def test_importing_the_store_class_loads_no_heavy_module() -> None:
+    modules = loaded_after("from trainstatus import StatusStore")
+    assert imported(modules, NOT_FOR_THE_STORE_CLASS) == []
+    assert "trainstatus._store" in modules  # the import did happen
+    assert modules.get("filelock") in (None, "_LazyModule")  # the first lock loads it
+
+
+def test_show_loads_no_heavy_module(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    with StatusStore(status) as store:
+        store.set("wall_height", "lesson_num", 3)
+    code = (
+        "import contextlib, io, sys\n"
+        "from _trainstatus_cli import main\n"
+        "sys.argv[0] = 'trainstatus'\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    assert main() == 0\n"
+        "assert 'lesson_num: 3' in out.getvalue(), out.getvalue()\n"
+    )
+    modules = loaded_after(code, "show", str(status))
+    assert imported(modules, NOT_FOR_SHOW) == []
+    assert "trainstatus._cli_read" in modules
+
+
+@pytest.mark.parametrize("columns", ["", "57", "x"])
+def test_the_help_is_as_wide_as_shutil_says(monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+    """The width argparse's formatter is given is the one it would have asked shutil for."""
+    import shutil
+
+    from trainstatus import _cli_main
+
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    import argparse
+
+    assert _cli_main._terminal_columns() == shutil.get_terminal_size().columns
+    assert _cli_main._Formatter("trainstatus")._width == argparse.RawDescriptionHelpFormatter("trainstatus")._width
+
+
+def test_debug_records_reach_logging_once_the_program_imports_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The library's logger (``_log``) passes its records to ``logging.getLogger("trainstatus")``,
+    with the line that logged them, whenever the program has imported logging."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="trainstatus"), StatusStore(tmp_path / "s.json") as store:
+        store.set("a", "k", 1)
+    wrote = [r for r in caplog.records if r.name == "trainstatus" and r.getMessage().startswith("wrote ")]
+    assert wrote and wrote[0].module == "_storage", [(r.module, r.getMessage()) for r in caplog.records]
