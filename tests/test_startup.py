@@ -7,6 +7,7 @@ to the top of a module) fails here on any machine, loaded or not.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,11 @@ def loaded_after(code: str, *argv: str) -> dict[str, str]:
         "\nimport sys as _sys\n"
         "_sys.stderr.write(''.join(f'MODULE {n} {type(m).__name__}\\n' for n, m in list(_sys.modules.items())))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code + report, *argv], capture_output=True, text=True, timeout=60)
+    # Without pytest-cov's measuring of subprocesses (its variables make the child start coverage,
+    # which imports much of what is looked for here).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE_", "COVERAGE_"))}
+    done = subprocess.run([sys.executable, "-c", code + report, *argv], capture_output=True, text=True, timeout=60,
+                          env=env)
     assert done.returncode == 0, done.stderr
     lines = [line.split() for line in done.stderr.splitlines() if line.startswith("MODULE ")]
     return {name: kind for _, name, kind in lines}
