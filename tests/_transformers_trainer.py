@@ -47,6 +47,8 @@ def ours(caught: list[warnings.WarningMessage]) -> list[str]:
 
 def main() -> None:
     options = json.loads(sys.argv[1])
+    if "cwd" in options:  # a relative dir: the Trainer then names folders relative to it too
+        os.chdir(options["cwd"])
     import torch
     from transformers import (
         PrinterCallback,

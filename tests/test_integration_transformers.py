@@ -143,39 +143,42 @@ def test_a_kill_in_the_trainers_rotation_window_leaves_the_old_folder(torch_pyth
     assert folders(directory) == ["checkpoint-6"] and steps(directory, status) == [6]
     # A run started afresh saves over the recorded folders: their entries go first, with a warning
     # (kept, step 6 would stay listed after the new step 2, and the limit would remove the newer).
-    events = Trainer(torch_python, **options, max_steps=2, fresh=True).finish()
+    # With a best checkpoint (the first: tests/_transformers_trainer.py), the limit of 1 keeps it
+    # and the newest during training, and only it at the end, as the Trainer does.
+    events = Trainer(torch_python, **options, max_steps=4, fresh=True, best=True).finish()
     [warning] = events["ready"]["warnings"]
     assert "has checkpoints up to step 6, but this run starts at step 0" in warning
+    assert events["done"]["best"] == str(directory / "checkpoint-2")
     assert folders(directory) == ["checkpoint-2", "checkpoint-6"] and steps(directory, status) == [2]
 
 
 def test_best_model_checkpoint_never_names_a_missing_or_damaged_folder(torch_python: Path, tmp_path: Path) -> None:
     # The evaluation gets worse as the model fits (tests/_transformers_trainer.py): checkpoint-2 is
-    # the best, and every later trainer_state.json names it (by its absolute path: the folder is
-    # damaged in place, not in a copy, which would name the original).
-    directory = tmp_path / "out"
-    assert Trainer(torch_python, dir=str(directory), max_steps=8, best=True).finish()["done"]["best"] == str(
-        directory / "checkpoint-2")
-    with open(directory / "checkpoint-2" / "model.safetensors", "r+b") as f:
-        f.truncate(100)  # the Trainer itself would load it at the end (load_best_model_at_end) and fail
-    lost, damaged = 2, {2}
-    for damage, max_steps in (("has 100 bytes", 10), ("checkpoint-{lost} is missing", 12)):
-        rewards = {e["steps"]: e["reward"] for e in recorded(directory) if e["steps"] not in damaged}
-        runner_up = min(rewards, key=rewards.__getitem__)
-        events = Trainer(torch_python, dir=str(directory), max_steps=max_steps, best=True).finish()
-        assert events["resumed"]["path"] == str(directory / f"checkpoint-{max_steps - 2}")
+    # the best, and every later trainer_state.json names it. output_dir is relative ("out", the
+    # child in the run's folder), so the Trainer names it relative too and a copy of the run
+    # names its own folders.
+    base = tmp_path / "base"
+    base.mkdir()
+    events = Trainer(torch_python, cwd=str(base), dir="out", max_steps=8, best=True).finish()
+    assert events["done"]["best"] == os.path.join("out", "checkpoint-2")
+    rewards = {e["steps"]: e["reward"] for e in recorded(base / "out") if e["steps"] != 2}
+    runner_up = min(rewards, key=rewards.__getitem__)
+    for damage in ("checkpoint-2/model.safetensors has 100 bytes", "checkpoint-2 is missing"):
+        run = tmp_path / damage.split()[-1]
+        shutil.copytree(base, run)
+        if damage.endswith("bytes"):  # the Trainer itself would load it at the end and fail
+            with open(run / "out" / "checkpoint-2" / "model.safetensors", "r+b") as f:
+                f.truncate(100)
+        else:  # the Trainer itself forgets the folder, but keeps its best_metric
+            shutil.rmtree(run / "out" / "checkpoint-2")
+        events = Trainer(torch_python, cwd=str(run), dir="out", max_steps=10, best=True).finish()
+        assert events["resumed"]["path"] == os.path.join("out", "checkpoint-8")
         ready = events["ready"]
-        assert (ready["best"], ready["best_step"]) == (str(directory / f"checkpoint-{runner_up}"), runner_up)
+        assert (ready["best"], ready["best_step"]) == (os.path.join("out", f"checkpoint-{runner_up}"), runner_up)
         [warning] = ready["warnings"]
-        assert f"best checkpoint {directory / f'checkpoint-{lost}'} is not a whole checkpoint" in warning
-        assert damage.format(lost=lost) in warning
-        assert (f"best_model_checkpoint is now {directory / f'checkpoint-{runner_up}'} "
+        assert f"best checkpoint {os.path.join('out', 'checkpoint-2')} is not a whole checkpoint ({damage}" in warning
+        assert (f"best_model_checkpoint is now {os.path.join('out', f'checkpoint-{runner_up}')} "
                 f"(loss {rewards[runner_up]})") in warning
-        # Next: the best folder deleted by hand. The Trainer forgets it itself, but keeps its
-        # best_metric (no later checkpoint could be best without beating it): replaced here too.
-        lost = int(Path(events["done"]["best"]).name.split("-")[1])
-        damaged.add(lost)
-        shutil.rmtree(directory / f"checkpoint-{lost}")
 
 
 def test_import_trainstatus_imports_no_hugging_face_library_where_they_are_installed(torch_python: Path) -> None:

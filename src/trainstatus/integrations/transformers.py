@@ -101,7 +101,7 @@ class TrainStatusCallback(TrainerCallback):
             )
         self.status_path = None if status_path is None else os.path.abspath(os.fspath(status_path))
         self._checkpoints: CheckpointList | None = None
-        self._limit: int | None = None  # the args.save_total_limit taken over
+        self._taken: int | None = None  # the args.save_total_limit taken over, as given
 
     def checkpoints(self, args: TrainingArguments) -> CheckpointList:
         """The ``CheckpointList`` the checkpoints of ``args.output_dir`` are recorded in (opened on first use)."""
@@ -117,8 +117,7 @@ class TrainStatusCallback(TrainerCallback):
         # The Trainer's rotation (_save_checkpoint, before on_save) reads args.save_total_limit:
         # None turns it off. A second train() finds None here and keeps the limit taken before.
         if args.save_total_limit is not None:
-            self._limit = args.save_total_limit if args.save_total_limit > 0 else None
-            args.save_total_limit = None
+            self._taken, args.save_total_limit = args.save_total_limit, None
         if not args.should_save:
             return
         checkpoints = self.checkpoints(args)  # a bad status file fails before training
@@ -143,6 +142,11 @@ class TrainStatusCallback(TrainerCallback):
         if self._limit is not None:
             _rotate(checkpoints, recorded, self._limit, state.best_model_checkpoint)
 
+    @property
+    def _limit(self) -> int | None:
+        # What the Trainer does with the limit: none below 1.
+        return self._taken if self._taken is not None and self._taken > 0 else None
+
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
         if args.should_save and self._limit == 1 and state.best_model_checkpoint is not None:
@@ -151,8 +155,8 @@ class TrainStatusCallback(TrainerCallback):
             best = os.path.abspath(state.best_model_checkpoint)
             checkpoints = self.checkpoints(args)
             _remove(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) != best)
-        if self._limit is not None and args.save_total_limit is None:
-            args.save_total_limit = self._limit
+        if self._taken is not None and args.save_total_limit is None:
+            args.save_total_limit = self._taken
         self._close()
 
     def _close(self) -> None:
@@ -287,7 +291,7 @@ def _check_best(checkpoints: CheckpointList, args: TrainingArguments, state: Tra
     if named is None:
         # The Trainer itself forgets a best folder that is gone (_init_training_state) but keeps
         # its best_metric: no later checkpoint could become best unless it beats the lost one.
-        step = state.best_global_step
+        step = getattr(state, "best_global_step", None)
         folder = None if not step else checkpoints.resolve(f"{PREFIX_CHECKPOINT_DIR}-{step}")
         if folder is None or folder not in by_folder:
             return
