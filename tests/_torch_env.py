@@ -23,10 +23,11 @@ import _venvs
 ROOT = _venvs.ROOT
 VENV = ROOT / ".venv-torch"
 TORCH = "torch==2.13.0"
-# One list per integration: a new one (transformers) adds its packages here.
+# One list per integration: a new one adds its packages here.
 LIBRARIES = {
     "sb3": ["stable-baselines3", "gymnasium"],
     "lightning": ["lightning"],
+    "transformers": ["transformers", "accelerate", "safetensors"],
 }
 
 

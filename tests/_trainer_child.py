@@ -1,8 +1,9 @@
 """A training run in a child process, read line by line: the integrations' tests' one harness.
 
-The child (tests/_sb3_trainer.py, tests/_lightning_trainer.py) prints one JSON object a line,
-flushed; lines that are not JSON objects (a library's own output) are skipped. A thread reads them
-as they come: a selector on the pipe would not see lines already read into the text buffer.
+The child (tests/_sb3_trainer.py, tests/_lightning_trainer.py, tests/_transformers_trainer.py)
+prints one JSON object with an ``event`` a line, flushed; other lines (a library's own output) are
+skipped. A thread reads them as they come: a selector on the pipe would not see lines already read
+into the text buffer.
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ class ChildTrainer:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            if line.startswith("{"):
+            # A library's own lines may look like JSON objects too (the Trainer prints its logs as
+            # Python dicts): only the child's events count.
+            try:
+                fields = json.loads(line) if line.startswith("{") else None
+            except ValueError:
+                continue
+            if isinstance(fields, dict) and "event" in fields:
                 self.lines.put(line)
         self.lines.put("")  # the end
 
@@ -72,6 +79,11 @@ class ChildTrainer:
             self.kill()
         return self.events
 
+    def kill_after(self, seconds: float) -> None:
+        """SIGKILL the run after ``seconds``: a random moment of it."""
+        time.sleep(seconds)
+        self.kill()
+
     def kill(self) -> None:
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGKILL)
@@ -80,3 +92,16 @@ class ChildTrainer:
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
+
+
+class OwnResume:
+    """How often a library's own resume failed on the same kills, as the children report it: an
+    event whose ``ok`` is True, False, or None when there was nothing to resume from."""
+
+    def __init__(self) -> None:
+        self.tried = self.failed = 0
+
+    def add(self, fields: dict[str, Any]) -> None:
+        if fields["ok"] is not None:
+            self.tried += 1
+            self.failed += not fields["ok"]

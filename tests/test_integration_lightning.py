@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _trainer_child import ChildTrainer
+from _trainer_child import ChildTrainer, OwnResume
 
 from trainstatus import StatusStore
 
@@ -256,7 +256,8 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
     scratch = _other_filesystem(tmp_path)
     env = {"TMPDIR": scratch} if scratch else {}
     kills = 20
-    theirs_tried = theirs_failed = mid_save = resumes = leaked = 0
+    own = OwnResume()
+    mid_save = resumes = leaked = 0
     last_recorded, newest = 0, None
     try:
         for kill in range(kills + 1):
@@ -268,10 +269,7 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
                 # The newest entry recorded before the kill (Lightning names a re-save -v1, -v2...).
                 assert resumed["path"] == (str(ours / newest) if newest else None), (kill, resumed)
                 resumes += resumed["path"] is not None
-                tried = trainer.until("theirs")
-                if tried["ok"] is not None:
-                    theirs_tried += 1
-                    theirs_failed += not tried["ok"]
+                own.add(trainer.until("theirs"))
                 # Lightning loaded it in the child: never behind what was recorded before the kill.
                 assert trainer.until("ready")["step"] == last_recorded, (kill, resumed)
                 if kill == kills:
@@ -306,7 +304,7 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
           f"TMPDIR {where}:\n"
           f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed to load, "
           "0 went back past the last recorded one\n"
-          f"  ckpt_path=\"last\" (Lightning's own): {theirs_failed} of {theirs_tried} failed to load; "
+          f"  ckpt_path=\"last\" (Lightning's own): {own.failed} of {own.tried} failed to load; "
           f"{leaked} temp files left in TMPDIR")
     sys.stdout.flush()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trainer_child import ChildTrainer
+from _trainer_child import ChildTrainer, OwnResume
 
 from trainstatus import StatusStore
 
@@ -237,7 +237,8 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
     rng = random.Random(seed)
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     kills = 20
-    glob_tried = glob_failed = mid_save = resumes = 0
+    own = OwnResume()
+    mid_save = resumes = 0
     last_recorded = 0
     for kill in range(kills + 1):
         trainer = Trainer(torch_python, dir=str(ours), sb3_dir=str(theirs), save_freq=SAVE_FREQ, keep=2,
@@ -250,10 +251,7 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
                 assert resumed["path"] == str(ours / f"rl_model_{last_recorded}_steps.zip")
             assert resumed["warnings"] == []
             resumes += resumed["path"] is not None
-            tried = trainer.until("glob")
-            if tried["ok"] is not None:
-                glob_tried += 1
-                glob_failed += not tried["ok"]
+            own.add(trainer.until("glob"))
             trainer.until("ready")
             if kill == kills:
                 done = trainer.finish()["done"]  # training goes on after the last kill, to its end
@@ -275,7 +273,7 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
     print(f"\nSB3 integration, {kills} SIGKILLs at random moments ({mid_save} inside a trainstatus save):\n"
           f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed to load, "
           "0 went back past the last recorded one\n"
-          f"  newest *.zip (SB3's usual resume): {glob_failed} of {glob_tried} failed to load")
+          f"  newest *.zip (SB3's usual resume): {own.failed} of {own.tried} failed to load")
     sys.stdout.flush()
 
 

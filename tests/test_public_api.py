@@ -110,15 +110,15 @@ def test_version_matches_the_installed_metadata() -> None:
 
 def test_import_does_not_import_numpy_or_boto3() -> None:
     # boto3 (the s3 extra) costs ~150 ms to import: only an s3:// store pays for it. The
-    # integrations' libraries (torch, SB3, Lightning) are imported only by the module of each
-    # integration.
+    # integrations' libraries (torch, SB3, Lightning, Transformers) are imported only by the module
+    # of each integration.
     result = run_python(
         "import sys\n"
         "import trainstatus\n"
         "import trainstatus.integrations\n"
         "store = trainstatus.StatusStore\n"
         "heavy = ('numpy', 'boto3', 'botocore', 'torch', 'stable_baselines3', 'gymnasium', 'lightning',\n"
-        "         'lightning_fabric')\n"
+        "         'lightning_fabric', 'transformers', 'accelerate', 'safetensors', 'huggingface_hub')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     assert result.returncode == 0, result.stderr

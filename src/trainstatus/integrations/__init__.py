@@ -2,6 +2,8 @@
 
 - ``trainstatus.integrations.sb3``: Stable-Baselines3 (``pip install "trainstatus[sb3]"``).
 - ``trainstatus.integrations.lightning``: PyTorch Lightning (``pip install "trainstatus[lightning]"``).
+- ``trainstatus.integrations.transformers``: Hugging Face Transformers' ``Trainer``
+  (``pip install "trainstatus[transformers]"``).
 
 Each module imports its library at the top and is imported only by its users: this package imports
 nothing, so ``import trainstatus`` and ``import trainstatus.integrations`` never load torch or any

@@ -1,14 +1,15 @@
-"""What the integrations share: stale temp files, and the newest whole checkpoint a resume takes."""
+"""What the integrations share: stale temp files, dropping entries in one write, and the newest whole
+checkpoint a resume takes."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import _history
-from .._checkpoints import CheckpointList
+from .._checkpoints import CHECKPOINTS, CheckpointList
 from .._store import StatusStore
 
 
@@ -25,6 +26,31 @@ def remove_stale_temps(folder: str, pattern: re.Pattern[str]) -> None:
                 os.remove(os.path.join(folder, name))
             except OSError:
                 pass
+
+
+def drop(checkpoints: CheckpointList, stale: Callable[[Mapping[str, Any]], bool], *,
+         keep: Mapping[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """Drop from ``checkpoints``, in one write (none if nothing matches), the entries ``stale``
+    picks, except ``keep`` (the entry just recorded: same file, steps and creation time).
+
+    Returns the entries dropped and the document as written, for ``remove_unlisted``: removing
+    their files is the caller's, after this returned (never a listed file that is gone).
+    """
+    mark = None if keep is None else (keep["file_path"], keep["steps"], keep["creation_time"])
+
+    def body(store: StatusStore) -> tuple[list[Any], dict[str, Any]]:
+        current = store.get(checkpoints.category, CHECKPOINTS) or []
+        kept: list[Any] = []
+        dropped: list[Any] = []
+        for e in current:
+            picked = (isinstance(e, Mapping) and isinstance(e.get("file_path"), str) and stale(e)
+                      and (e.get("file_path"), e.get("steps"), e.get("creation_time")) != mark)
+            (dropped if picked else kept).append(e)
+        if dropped:
+            store.set(checkpoints.category, CHECKPOINTS, kept)
+        return dropped, store.to_dict()
+
+    return checkpoints.store.run_transaction(body)
 
 
 def newest_whole(status_path: str, category: str, root: str,

@@ -33,10 +33,10 @@ from typing import Any
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from .. import _atomic, _names
-from .._checkpoints import CHECKPOINTS, CheckpointList, sync_folders_above
+from .._checkpoints import CheckpointList, sync_folders_above
 from .._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusTypeError
 from .._store import StatusStore
-from ._common import newest_whole, remove_stale_temps
+from ._common import drop, newest_whole, remove_stale_temps
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
 
@@ -145,14 +145,14 @@ class TrainStatusCheckpointIO(CheckpointIO):
                                    synced=True)
         # One entry per file: the older ones naming this file (saved over: last.ckpt) name a
         # checkpoint that is gone, as do those whose file Lightning replaced by a link.
-        _drop(checkpoints, lambda entry: _replaced(checkpoints, entry, name), keep=recorded)
+        drop(checkpoints, lambda entry: _replaced(checkpoints, entry, name), keep=recorded)
 
     def remove_checkpoint(self, path: Any) -> None:
         target = _local(path, "remove")
         folder, name = os.path.split(target)
         if os.path.exists(_status_path(folder, self.status_path)) or folder in self._lists:
             checkpoints = self.checkpoints(folder)
-            _drop(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) == target)
+            drop(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) == target)
         self.checkpoint_io.remove_checkpoint(path)
 
     def load_checkpoint(self, path: Any, map_location: Any | None = None,
@@ -231,23 +231,6 @@ def _replaced(checkpoints: CheckpointList, entry: Mapping[str, Any], saved: str)
     again under the same name (``last.ckpt``), or a link Lightning put in the place of the file."""
     path = checkpoints.resolve(entry["file_path"])
     return path == checkpoints.resolve(saved) or os.path.islink(path)
-
-
-def _drop(checkpoints: CheckpointList, stale: Callable[[Mapping[str, Any]], bool], *,
-          keep: Mapping[str, Any] | None = None) -> None:
-    """Drop, in one write (none if nothing matches), the entries ``stale`` picks, except ``keep``
-    (the entry just recorded: same file, steps and creation time)."""
-    mark = None if keep is None else (keep["file_path"], keep["steps"], keep["creation_time"])
-
-    def body(store: StatusStore) -> None:
-        current = store.get(CATEGORY, CHECKPOINTS) or []
-        kept = [e for e in current
-                if not (isinstance(e, Mapping) and isinstance(e.get("file_path"), str) and stale(e))
-                or (e.get("file_path"), e.get("steps"), e.get("creation_time")) == mark]
-        if len(kept) != len(current):
-            store.set(CATEGORY, CHECKPOINTS, kept)
-
-    checkpoints.store.run_transaction(body)
 
 
 def _remove_stale_temps(folder: str) -> None:

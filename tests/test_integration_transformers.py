@@ -1,0 +1,247 @@
+"""trainstatus.integrations.transformers on the Trainer's real training loop (a tiny torch module on
+random tensors, no hub: HF_HUB_OFFLINE=1).
+
+Every test runs the real library in children started with .venv-torch's interpreter
+(tests/_transformers_trainer.py), so they are all in the ``integrations`` group (the ``torch_python``
+fixture marks them). The random-kill test measures, on the same kills, how often Transformers' own
+resume (``get_last_checkpoint``: the highest ``checkpoint-N``) fails and prints both figures:
+docs/transformers.md quotes them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _trainer_child import ChildTrainer, OwnResume
+
+from trainstatus import StatusStore
+
+TRAINER = Path(__file__).resolve().parent / "_transformers_trainer.py"
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+
+
+class Trainer(ChildTrainer):
+    """One run of tests/_transformers_trainer.py, offline."""
+
+    script = TRAINER
+
+    def __init__(self, python: Path, **options: Any) -> None:
+        super().__init__(python, env=OFFLINE, **options)
+
+
+def recorded(directory: Path, status: Path | None = None) -> list[dict[str, Any]]:
+    status = status or directory / "training_status.json"
+    if not status.exists():
+        return []  # killed before the first checkpoint
+    with StatusStore(status) as store:
+        return list(store.get("transformers", "checkpoints") or [])
+
+
+def steps(directory: Path, status: Path | None = None) -> list[int]:
+    return [e["steps"] for e in recorded(directory, status)]
+
+
+def folders(directory: Path) -> list[str]:
+    names = [n for n in os.listdir(directory) if n.startswith("checkpoint-")] if directory.exists() else []
+    return sorted(names, key=lambda n: int(n.split("-")[1]))
+
+
+@pytest.fixture(scope="module")
+def trained(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A run of 12 steps saving every 2 with save_total_limit=5, and its events."""
+    directory = tmp_path_factory.mktemp("transformers") / "out"
+    return directory, Trainer(torch_python, dir=str(directory), max_steps=12, limit=5).finish()
+
+
+@pytest.fixture
+def run(trained: tuple[Path, dict[str, Any]], tmp_path: Path) -> Path:
+    """A copy of the trained folder for one test to damage."""
+    directory = tmp_path / "out"
+    shutil.copytree(trained[0], directory)
+    return directory
+
+
+def test_save_total_limit_is_applied_after_the_record_and_given_back(trained: tuple[Path, dict[str, Any]]) -> None:
+    directory, events = trained
+    # The Trainer did not rotate (the limit read None during training); the callback did, after
+    # each record, and put the limit back on the arguments at the end.
+    assert (events["ready"]["limit"], events["done"]["limit"]) == (None, 5)
+    assert folders(directory) == [f"checkpoint-{n}" for n in (4, 6, 8, 10, 12)]
+    entries = recorded(directory)
+    assert [(e["steps"], e["file_path"]) for e in entries] == [(n, f"checkpoint-{n}") for n in (4, 6, 8, 10, 12)]
+    newest = entries[-1]
+    assert newest["files"] == {f"checkpoint-12/{name}": (directory / "checkpoint-12" / name).stat().st_size
+                               for name in os.listdir(directory / "checkpoint-12")}
+    assert "checkpoint-12/trainer_state.json" in newest["files"] and "checkpoint-12/model.safetensors" in newest["files"]
+    assert newest["reward"] is None  # no metric_for_best_model: nothing ranked
+
+
+def test_a_newest_folder_without_trainer_state_json_is_passed_over(torch_python: Path, run: Path) -> None:
+    # What a kill inside a save leaves: checkpoint-14 with the weights written, trainer_state.json
+    # (written last) not yet, nothing recorded. get_last_checkpoint returns it; the resume fails.
+    partial = run / "checkpoint-14"
+    partial.mkdir()
+    shutil.copy(run / "checkpoint-12" / "model.safetensors", partial)
+    events = Trainer(torch_python, dir=str(run), max_steps=14, limit=5, theirs=True).finish()
+    assert events["resumed"]["path"] == str(run / "checkpoint-12")
+    [warning] = events["resumed"]["warnings"]
+    assert "Passed over checkpoint-14 in " in warning and "get_last_checkpoint() would return" in warning
+    theirs = events["theirs"]
+    assert (theirs["path"], theirs["ok"]) == (str(partial), False)
+    assert "FileNotFoundError" in theirs["error"] and "trainer_state.json" in theirs["error"]
+    assert (events["ready"]["step"], events["done"]["step"]) == (12, 14)
+    # The run saved over the partial folder, then recorded it whole.
+    assert steps(run) == [6, 8, 10, 12, 14] and "checkpoint-14/trainer_state.json" in recorded(run)[-1]["files"]
+
+
+def test_damaged_or_deleted_recorded_folders_are_skipped_with_a_warning(torch_python: Path, run: Path) -> None:
+    weights = run / "checkpoint-12" / "model.safetensors"
+    whole = weights.stat().st_size
+    with open(weights, "r+b") as f:  # cut short
+        f.truncate(whole // 2)
+    with open(run / "checkpoint-8" / "model.safetensors", "r+b") as f:  # its header damaged, its size kept
+        f.seek(8)
+        f.write(b"\0" * 16)
+    (run / "checkpoint-6" / "trainer_state.json").unlink()
+    shutil.rmtree(run / "checkpoint-10")  # a listed folder deleted by hand
+    events = Trainer(torch_python, dir=str(run), max_steps=12, limit=5).finish()
+    assert (events["resumed"]["path"], events["ready"]["step"]) == (str(run / "checkpoint-4"), 4)
+    [warning] = events["resumed"]["warnings"]
+    assert f"checkpoint-12/model.safetensors has {whole // 2:,} bytes, {whole:,} recorded" in warning
+    assert "steps 10 (checkpoint-10 is missing)" in warning
+    assert "steps 8 (the check raised ValueError: checkpoint-8/model.safetensors: its header is not JSON" in warning
+    assert "checkpoint-6/trainer_state.json is missing" in warning
+    assert "Using the checkpoint at steps 4 (checkpoint-4)" in warning
+    # Training went on from step 4 and saved over the damaged folders, each recorded again whole.
+    assert steps(run) == [4, 6, 8, 10, 12] and folders(run) == [f"checkpoint-{n}" for n in (4, 6, 8, 10, 12)]
+    assert recorded(run)[-1]["files"]["checkpoint-12/model.safetensors"] == whole
+
+
+def test_a_kill_in_the_trainers_rotation_window_leaves_the_old_folder(torch_python: Path, tmp_path: Path) -> None:
+    # save_total_limit=1: the Trainer removes checkpoint-2 inside its save of checkpoint-4, before
+    # on_save. Killed in on_save at step 4 (before the record), checkpoint-2 must still be there.
+    # The status file is elsewhere (status_path=).
+    directory, status = tmp_path / "out", tmp_path / "run_logs" / "status.json"
+    options = {"dir": str(directory), "status_path": str(status), "limit": 1}
+    trainer = Trainer(torch_python, **options, max_steps=8, kill_on_save=4)
+    trainer.until("ready")
+    assert trainer.process.wait(timeout=120) == -9
+    trainer.kill()
+    assert folders(directory) == ["checkpoint-2", "checkpoint-4"] and steps(directory, status) == [2]
+    assert not (directory / "training_status.json").exists()
+    events = Trainer(torch_python, **options, max_steps=6).finish()
+    assert events["resumed"]["path"] == str(directory / "checkpoint-2")
+    assert "Passed over checkpoint-4" in events["resumed"]["warnings"][0]
+    assert (events["ready"]["step"], events["done"]["step"]) == (2, 6)
+    assert folders(directory) == ["checkpoint-6"] and steps(directory, status) == [6]
+    # A run started afresh saves over the recorded folders: their entries go first, with a warning
+    # (kept, step 6 would stay listed after the new step 2, and the limit would remove the newer).
+    # With a best checkpoint (the first: tests/_transformers_trainer.py), the limit of 1 keeps it
+    # and the newest during training, and only it at the end, as the Trainer does.
+    events = Trainer(torch_python, **options, max_steps=4, fresh=True, best=True).finish()
+    [warning] = events["ready"]["warnings"]
+    assert "has checkpoints up to step 6, but this run starts at step 0" in warning
+    assert events["done"]["best"] == str(directory / "checkpoint-2")
+    assert folders(directory) == ["checkpoint-2", "checkpoint-6"] and steps(directory, status) == [2]
+
+
+def test_best_model_checkpoint_never_names_a_missing_or_damaged_folder(torch_python: Path, tmp_path: Path) -> None:
+    # The evaluation gets worse as the model fits (tests/_transformers_trainer.py): checkpoint-2 is
+    # the best, and every later trainer_state.json names it. output_dir is relative ("out", the
+    # child in the run's folder), so the Trainer names it relative too and a copy of the run
+    # names its own folders.
+    base = tmp_path / "base"
+    base.mkdir()
+    events = Trainer(torch_python, cwd=str(base), dir="out", max_steps=8, best=True).finish()
+    assert events["done"]["best"] == os.path.join("out", "checkpoint-2")
+    rewards = {e["steps"]: e["reward"] for e in recorded(base / "out") if e["steps"] != 2}
+    runner_up = min(rewards, key=rewards.__getitem__)
+    for damage in ("checkpoint-2/model.safetensors has 100 bytes", "checkpoint-2 is missing"):
+        run = tmp_path / damage.split()[-1]
+        shutil.copytree(base, run)
+        if damage.endswith("bytes"):  # the Trainer itself would load it at the end and fail
+            with open(run / "out" / "checkpoint-2" / "model.safetensors", "r+b") as f:
+                f.truncate(100)
+        else:  # the Trainer itself forgets the folder, but keeps its best_metric
+            shutil.rmtree(run / "out" / "checkpoint-2")
+        events = Trainer(torch_python, cwd=str(run), dir="out", max_steps=10, best=True).finish()
+        assert events["resumed"]["path"] == os.path.join("out", "checkpoint-8")
+        ready = events["ready"]
+        assert (ready["best"], ready["best_step"]) == (os.path.join("out", f"checkpoint-{runner_up}"), runner_up)
+        [warning] = ready["warnings"]
+        assert f"best checkpoint {os.path.join('out', 'checkpoint-2')} is not a whole checkpoint ({damage}" in warning
+        assert (f"best_model_checkpoint is now {os.path.join('out', f'checkpoint-{runner_up}')} "
+                f"(loss {rewards[runner_up]})") in warning
+
+
+def test_import_trainstatus_imports_no_hugging_face_library_where_they_are_installed(torch_python: Path) -> None:
+    code = ("import sys, trainstatus, trainstatus.integrations\n"
+            "trainstatus.StatusStore, trainstatus.CheckpointList\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+            "             ('torch', 'transformers', 'accelerate', 'safetensors', 'huggingface_hub')))\n")
+    result = subprocess.run([str(torch_python), "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n"
+
+
+def unrecorded_newer(directory: Path, entries: list[dict[str, Any]]) -> list[str]:
+    """The checkpoint folders newer than the newest recorded one: saves a kill cut short."""
+    newest = max((e["steps"] for e in entries), default=-1)
+    return [n for n in folders(directory) if int(n.split("-")[1]) > newest]
+
+
+def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Path, tmp_path: Path, seed: int) -> None:
+    """SIGKILL a Trainer run at random moments (20 kills), saves slowed by wide layers, with
+    save_total_limit=2. After each kill the next run resumes with ``last_complete_checkpoint``: the
+    Trainer loads it, it is the newest recorded checkpoint (never older), and training goes on; the
+    same child measures Transformers' own resume from ``get_last_checkpoint`` on the same folder."""
+    rng = random.Random(seed)
+    directory = tmp_path / "out"
+    kills = 20
+    own = OwnResume()
+    mid_save = resumes = 0
+    last_recorded = 0
+    for kill in range(kills + 1):
+        trainer = Trainer(torch_python, dir=str(directory), theirs=True, every=3, limit=2, width=1024, seed=kill,
+                          max_steps=10**6 if kill < kills else last_recorded + 6)
+        try:
+            resumed = trainer.until("resumed")
+            assert resumed["path"] == (str(directory / f"checkpoint-{last_recorded}") if last_recorded else None)
+            # The only warning: the folders of saves the kills cut short, passed over.
+            assert all(w.startswith("TrainingStatusCheckpointWarning: Passed over checkpoint-")
+                       for w in resumed["warnings"]), (kill, resumed)
+            resumes += resumed["path"] is not None
+            own.add(trainer.until("theirs"))
+            # The Trainer loaded it in the child: never behind what was recorded before the kill.
+            assert trainer.until("ready")["step"] == last_recorded, (kill, resumed)
+        except BaseException:
+            trainer.kill()
+            raise
+        if kill == kills:
+            break
+        trainer.kill_after(rng.uniform(0.0, 1.2))  # a random moment: in a step or a save
+        entries = recorded(directory)
+        mid_save += bool(unrecorded_newer(directory, entries))
+        found = [e["steps"] for e in entries]
+        # The list never names a folder that is gone, never goes back, and keeps save_total_limit=2
+        # (one more after a kill between a record and the drop that follows it in another write).
+        assert found == sorted(found) and len(found) <= 3
+        assert all((directory / e["file_path"]).is_dir() for e in entries)
+        assert not found or found[-1] >= last_recorded
+        last_recorded = found[-1] if found else 0
+    # Training goes on after the last kill, to its end.
+    assert trainer.finish()["done"]["step"] == last_recorded + 6
+    assert steps(directory)[-1] == last_recorded + 6
+    print(f"\nTransformers integration, {kills} SIGKILLs at random moments ({mid_save} inside a save, before its "
+          "record):\n"
+          f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed, "
+          "0 went back past the last recorded one\n"
+          f"  get_last_checkpoint (Transformers' own): {own.failed} of {own.tried} resumes failed")
+    sys.stdout.flush()
