@@ -274,6 +274,18 @@ saver.save_checkpoint("Target", 2)
 """
 
 
+SAVED_AGAIN = r"""
+import sys
+import torch
+from trainstatus import _mlagents_plugin
+_mlagents_plugin.trainer_types()
+from mlagents.trainers.model_saver import torch_model_saver
+saver = object.__new__(torch_model_saver.TorchModelSaver)
+saver.model_path, saver.modules, saver.exporter = sys.argv[1], {"Policy": torch.nn.Linear(4, 4)}, None
+saver.save_checkpoint("Target", 3)
+"""
+
+
 @pytest.mark.parametrize("order", ["routed", "original"])
 def test_a_kill_inside_the_save_of_checkpoint_pt_leaves_the_previous_one_whole(
         mla_torch_python: Path, tmp_path: Path, order: str) -> None:
@@ -285,5 +297,11 @@ def test_a_kill_inside_the_save_of_checkpoint_pt_leaves_the_previous_one_whole(
                            str(tmp_path / "checkpoint.pt")], capture_output=True, text=True, env=env, timeout=300, check=False)
     if order == "routed":
         assert load.returncode == 0, load.stderr  # the checkpoint of step 1, whole
+        assert [p.name for p in tmp_path.glob(".checkpoint.pt.trainstatus-*.tmp")] != []  # what the kill left
+        again = subprocess.run([str(mla_torch_python), "-c", SAVED_AGAIN, str(tmp_path)],
+                               capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert again.returncode == 0, again.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["Target-1.pt", "Target-2.pt", "Target-3.pt",
+                                                              "checkpoint.pt"]  # the next save removed it
     else:  # ML-Agents' torch.save in place: what --resume would load is cut short
         assert load.returncode != 0 and "PytorchStreamReader" in load.stderr, load.stderr

@@ -269,8 +269,17 @@ def _route_model_saver() -> None:
 
 
 def _save_replacing(save: Any, target: str) -> None:
-    """``save(path)`` to a temp file beside ``target``, synced, then renamed over ``target``."""
+    """``save(path)`` to a temp file beside ``target``, synced, then renamed over ``target``.
+
+    The temp files a kill left there before are removed first: they never became the target.
+    """
     folder, name = os.path.split(target)
+    stale = _names.temp_pattern(name)
+    with contextlib.suppress(OSError):  # a folder that cannot be listed is left to the next save
+        for left in os.listdir(folder):
+            if stale.fullmatch(left):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(folder, left))
     temp = os.path.join(folder, _names.temp_name(name, _atomic.token()))
     try:
         save(temp)
