@@ -58,7 +58,7 @@ RESUMED_STEP = re.compile(r"Resuming training from step (\d+)\.")
 EXPORTED = re.compile(r"\[INFO\] Exported (\S+)\.onnx")
 EXPORT_START = "[torch.onnx] Obtain model graph"
 CHAINS, KILLS_PER_CHAIN = 4, 5  # with trainstatus: 20 kills, each resumed and checked
-BASELINE_KILLS = 4  # ML-Agents alone, on the first chain's kill moments
+BASELINE_KILLS = 3  # ML-Agents alone, on the first chain's kill moments
 STARTUP = 180.0  # seconds a (loaded) machine may take to start training
 
 
@@ -176,7 +176,7 @@ def test_mlagents_learn_killed_at_random_moments_resumes_at_the_lesson_on_disk(
             steps_kept.append([c["steps"] for c in listed])
             last = i == KILLS_PER_CHAIN - 1
             resumed = learn(mla_torch_python, tmp_path, run_id, resume=True, plugin=True,
-                            kill_after=2.0 if last else chain_moments[i + 1])
+                            kill_after=1.0 if last else chain_moments[i + 1])
             assert resumed.killed, f"the --resume of {run_id} after kill {i} failed ({resumed.returncode}):\n{resumed.text()}"
             assert resumed.lessons()[0] == lesson, (run_id, i, lesson, resumed.lessons())
             # The model comes back no earlier than the newest listed checkpoint; with none listed
@@ -198,7 +198,7 @@ def test_mlagents_learn_killed_at_random_moments_resumes_at_the_lesson_on_disk(
     for i in range(BASELINE_KILLS):
         assert run.killed, run.text()
         announced = run.lessons()[-1]
-        after = 2.0 if i == BASELINE_KILLS - 1 else moments[0][i + 1]
+        after = 1.0 if i == BASELINE_KILLS - 1 else moments[0][i + 1]
         resumed = learn(mla_torch_python, tmp_path, "alone", resume=True, plugin=False, kill_after=after)
         if not resumed.killed:
             failed += 1
