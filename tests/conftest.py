@@ -95,6 +95,14 @@ def mla_python() -> Path:
 
 
 @pytest.fixture(scope="session")
+def mla_torch_python() -> Path:
+    """The interpreter of ML-Agents with torch: builds ``.venv-mlagents-torch/`` once (tests/_mlagents_env.py)."""
+    import _mlagents_env
+
+    return _mlagents_env.ensure_torch()
+
+
+@pytest.fixture(scope="session")
 def torch_python() -> Path:
     """The interpreter of the torch environment: builds ``.venv-torch/`` once (tests/_torch_env.py)."""
     import _torch_env
@@ -103,7 +111,8 @@ def torch_python() -> Path:
 
 
 # A fixture that builds an environment -> the marker of the tests that use it.
-ENVIRONMENT_MARKERS = {"mla_python": pytest.mark.mlagents, "torch_python": pytest.mark.integrations}
+ENVIRONMENT_MARKERS = {"mla_python": pytest.mark.mlagents, "mla_torch_python": pytest.mark.mlagents,
+                       "torch_python": pytest.mark.integrations}
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker must be there when it looks

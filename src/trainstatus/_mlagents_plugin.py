@@ -33,6 +33,7 @@ import logging
 import os
 from typing import Any
 
+from . import _atomic, _names
 from ._checkpoints import _fsync, remove_unlisted, sync_folders_above
 from ._errors import TrainingStatusError
 from ._mlagents import GlobalTrainingStatus, SavedStateView
@@ -164,6 +165,7 @@ def _route() -> None:
     native.get_parameter_state = staticmethod(GlobalTrainingStatus.get_parameter_state)
     native.saved_state = SavedStateView()
     _route_checkpoint_manager()
+    _route_model_saver()
     setattr(native, _ROUTED, True)
 
 
@@ -202,6 +204,92 @@ def _route_checkpoint_manager() -> None:
                            "but %s; remove it by hand", behavior_name, checkpoint.get("steps"), reason)
 
     ModelCheckpointManager.add_checkpoint = classmethod(add_checkpoint)
+
+
+def _route_model_saver() -> None:
+    """Make ``--resume`` load a whole model: ``checkpoint.pt`` replaced atomically, a listed one if not.
+
+    ML-Agents' ``--resume`` loads ``<behavior>/checkpoint.pt``, which every checkpoint rewrites in
+    place with ``torch.save``: a kill inside that write, or before the first checkpoint of the run,
+    leaves a file torch cannot load (or none), and the resume crashes in ``torch.load``. Routed,
+    ``checkpoint.pt`` is written to a temp file, synced and renamed over the old one; and a resume
+    that still cannot load it (a run killed before its first checkpoint, a file damaged by hand)
+    loads the ``.pt`` of the newest listed checkpoint whose file is there, or, with none, starts
+    the model afresh, with a warning either way. Everything else is ML-Agents' own code.
+    """
+    from mlagents.trainers.policy.checkpoint_manager import ModelCheckpointManager
+
+    try:
+        from mlagents.trainers.model_saver import torch_model_saver
+    except Exception as exc:  # noqa: BLE001 - whatever a broken torch raises on import
+        # Without a torch that imports, ML-Agents saves and loads no model either: nothing to route.
+        # (The status code alone runs without it: a trainer of one's own, the suite's light tests.)
+        _log().debug("trainstatus: ML-Agents' model saver not routed: %s", exc)
+        return
+
+    saver = torch_model_saver.TorchModelSaver
+    native_load = saver._load_model
+
+    def save_checkpoint(self: Any, behavior_name: str, step: int) -> tuple[str, list[str]]:
+        # ML-Agents' save_checkpoint, but for the atomic write of checkpoint.pt.
+        if not os.path.exists(self.model_path):
+            os.makedirs(self.model_path)
+        checkpoint_path = os.path.join(self.model_path, f"{behavior_name}-{step}")
+        state_dict = {name: module.state_dict() for name, module in self.modules.items()}
+        pytorch_ckpt_path = f"{checkpoint_path}.pt"
+        export_ckpt_path = f"{checkpoint_path}.onnx"
+        torch_model_saver.torch.save(state_dict, pytorch_ckpt_path)
+        _save_replacing(lambda path: torch_model_saver.torch.save(state_dict, path),
+                        os.path.join(self.model_path, torch_model_saver.DEFAULT_CHECKPOINT_NAME))
+        self.export(checkpoint_path, behavior_name)
+        return export_ckpt_path, [pytorch_ckpt_path]
+
+    def load_model(self: Any, load_path: str, policy: Any = None, reset_global_steps: bool = False) -> None:
+        try:
+            native_load(self, load_path, policy, reset_global_steps)
+            return
+        except Exception as exc:  # torch.load's errors for a missing or damaged file vary by release
+            if not self.load or self.initialize_path is not None:
+                raise  # --initialize-from names a file of the user's: ML-Agents' error stands
+            failure = exc
+        behavior = os.path.basename(os.path.normpath(self.model_path))
+        for checkpoint in reversed(ModelCheckpointManager.get_checkpoints(behavior)):
+            for path in checkpoint.get("auxillary_file_paths", []):
+                if path.endswith(".pt") and os.path.exists(path):
+                    _log().warning("trainstatus: %s could not be loaded (%s); resuming %s from its newest listed "
+                                   "checkpoint, %s (steps %s)", load_path, failure, behavior, path,
+                                   checkpoint.get("steps"))
+                    native_load(self, path, policy, reset_global_steps)
+                    return
+        _log().warning("trainstatus: %s could not be loaded (%s) and no checkpoint of %s is listed: its model "
+                       "starts afresh, at step 0 (its curriculum lessons are resumed)", load_path, failure, behavior)
+
+    saver.save_checkpoint = save_checkpoint
+    saver._load_model = load_model
+
+
+def _save_replacing(save: Any, target: str) -> None:
+    """``save(path)`` to a temp file beside ``target``, synced, then renamed over ``target``.
+
+    The temp files a kill left there before are removed first: they never became the target.
+    """
+    folder, name = os.path.split(target)
+    stale = _names.temp_pattern(name)
+    with contextlib.suppress(OSError):  # a folder that cannot be listed is left to the next save
+        for left in os.listdir(folder):
+            if stale.fullmatch(left):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(folder, left))
+    temp = os.path.join(folder, _names.temp_name(name, _atomic.token()))
+    try:
+        save(temp)
+        _fsync(temp)
+        _atomic.replace(temp, target)
+    except BaseException:
+        _atomic.discard_temp(-1, temp)
+        raise
+    with contextlib.suppress(OSError):  # some filesystems refuse a directory fsync
+        _fsync(folder, directory=True)
 
 
 def _sync_files(paths: list[str]) -> None:
