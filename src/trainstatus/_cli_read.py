@@ -9,8 +9,8 @@ was most of the command's run time.
 
 from __future__ import annotations
 
-import argparse
 import math
+
 from ._cli_base import (
     EXIT_NOT_SET,
     EXIT_OK,
@@ -32,6 +32,7 @@ from ._load import METADATA, Corrupt, Values, check_metadata, load_values
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of every command)
 if TYPE_CHECKING:
+    import argparse
     from typing import Any
 
 __all__ = ["_cmd_get", "_cmd_show"]
