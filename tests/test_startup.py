@@ -21,11 +21,12 @@ from trainstatus import StatusStore
 # Loaded by the first store that opens (orjson, and the modules its setup imports), by the code
 # that needs them (json for files with NaN or not written by trainstatus, hashlib for names of
 # 222 bytes and more, datetime for a restore or a copy kept aside, copy/random for rare errors and
-# S3 retries, logging only by the program itself, the S3 backend by an s3:// URL), or never.
+# S3 retries, logging only by the program itself, the S3 backend by an s3:// URL), or never; typing
+# (and the re it imports) by type checkers alone.
 NOT_FOR_THE_STORE_CLASS = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "json", "hashlib", "datetime", "copy",
     "random", "trainstatus._s3", "shutil", "argparse", "pickle", "numpy", "boto3", "traceback", "tokenize",
-    "subprocess", "tempfile",
+    "subprocess", "tempfile", "typing", "re",
 )
 # show reads with Python's json alone and prints: no codec, no store, no lock; a plain `show PATH` is
 # read without argparse (nor the gettext and locale its messages import), and argparse's formatter,
