@@ -35,7 +35,7 @@ NOT_FOR_SHOW = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "hashlib", "datetime", "copy", "random",
     "shutil", "bz2", "lzma", "zlib", "fnmatch", "trainstatus._codec", "trainstatus._store", "trainstatus._s3",
     "trainstatus._storage", "trainstatus._cli", "pickle", "numpy", "traceback", "subprocess", "tempfile",
-    "argparse", "gettext", "locale", "trainstatus._cli_parser", "shlex", "signal",
+    "argparse", "gettext", "locale", "trainstatus._cli_parser", "shlex", "signal", "math",
 )
 
 
