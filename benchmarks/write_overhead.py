@@ -364,10 +364,10 @@ def _wall_ms(command: list[str], runs: int) -> float:
     return round(statistics.median(times) * 1000, 2)
 
 
-def _run_ms(command: list[str]) -> tuple[float, float]:
+def _run_ms(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall clock, user + system CPU) of one run of ``command``, in ms."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -376,12 +376,29 @@ def _run_ms(command: list[str]) -> tuple[float, float]:
     return wall * 1000, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def import_cost(runs: int, directory: str) -> dict[str, Any]:
+def _startup_env(directory: str, pythonpath: str | None = None) -> dict[str, str]:
+    """The environment of the start-up runs: with bytecode caches, as an installed package has them.
+
+    Without (PYTHONDONTWRITEBYTECODE set, as some CI and sandboxes do) every import compiles its
+    module again, which is most of what a start-up figure would then show. The caches go to a
+    directory of this run (PYTHONPYCACHEPREFIX), filled by a first, untimed round.
+    """
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(directory, "pycache")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (pythonpath, os.environ.get("PYTHONPATH"))))
+    return env
+
+
+def import_cost(runs: int, directory: str, before: str | None = None) -> dict[str, Any]:
     """Start-up costs in fresh interpreters, wall clock (median of ``runs``), interleaved.
 
     ``import trainstatus`` also from ``-X importtime`` (what it imports itself, cumulative), and
     which heavy modules it pulled in. The command line is run as the installed ``trainstatus``
     script when there is one beside this interpreter (what a user types), else ``-m trainstatus``.
+    ``cpu_over_bare_ms``: the median over rounds of each command's CPU time minus the bare start's
+    in the same round (the figure the machine's other work moves least). ``before``: the ``src``
+    directory of another version, whose commands run in the same rounds (``before`` in the report).
     """
     code = "import sys, trainstatus; print(sorted(m for m in ('numpy', 'sqlite3', 'json', 'filelock') if m in sys.modules))"
     script = os.path.join(os.path.dirname(sys.executable), "trainstatus")
@@ -395,32 +412,55 @@ def import_cost(runs: int, directory: str) -> dict[str, Any]:
         "store_import_ms": [sys.executable, "-c", "from trainstatus import StatusStore"],
         "help_ms": [*cli, "--help"],
         "show_ms": [*cli, "show", status],
+        # What show cannot go below: the re that pip's console script imports itself, and json.
+        "re_json_ms": [sys.executable, "-c", "import re, json"],
     }
-    walls: dict[str, list[float]] = {name: [] for name in commands}
-    cpus: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(runs):
-        for name, command in commands.items():
-            wall, cpu = _run_ms(command)
+    env = _startup_env(directory)
+    runs_of = {name: (command, env) for name, command in commands.items()}
+    if before is not None:
+        before_env = _startup_env(directory, before)
+        runs_of.update({f"before:{name}": (command, before_env) for name, command in commands.items()
+                        if name not in ("bare_ms", "re_json_ms")})
+    for command, command_env in runs_of.values():  # fills the bytecode caches
+        _run_ms(command, command_env)
+    walls: dict[str, list[float]] = {name: [] for name in runs_of}
+    cpus: dict[str, list[float]] = {name: [] for name in runs_of}
+    for round_ in range(runs):
+        names = list(runs_of)
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # the order rotates
+            wall, cpu = _run_ms(*runs_of[name])
             walls[name].append(wall)
             cpus[name].append(cpu)
     times, heavy = [], []
     for _ in range(max(3, runs // 3)):
         done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
-                              check=True)
+                              check=True, env=env)
         for line in done.stderr.splitlines():
             m = re.match(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|\s?(\S.*)$", line)
             if m and m.group(3).strip() == "trainstatus":
                 times.append(int(m.group(2)))
         heavy = json.loads(done.stdout.replace("'", '"'))
-    return {
+    over_bare = {name: round(statistics.median(c - b for c, b in zip(values, cpus["bare_ms"])), 2)
+                 for name, values in cpus.items() if name != "bare_ms"}
+    report = {
         "trainstatus_ms": round(statistics.median(times) / 1000, 2) if times else None,
         "runs": runs,
-        **{name: round(statistics.median(values), 2) for name, values in walls.items()},
+        **{name: round(statistics.median(values), 2) for name, values in walls.items() if ":" not in name},
         # User + system CPU of the process (medians): less moved by other processes than the wall clock.
-        "cpu_ms": {name: round(statistics.median(values), 2) for name, values in cpus.items()},
+        "cpu_ms": {name: round(statistics.median(values), 2) for name, values in cpus.items() if ":" not in name},
+        "cpu_over_bare_ms": {name: value for name, value in over_bare.items() if ":" not in name},
         "numpy_imported": "numpy" in heavy,
         "also_imported": heavy,
     }
+    if before is not None:
+        report["before"] = {
+            "src": before,
+            **{name.split(":")[1]: round(statistics.median(values), 2) for name, values in walls.items() if ":" in name},
+            "cpu_ms": {name.split(":")[1]: round(statistics.median(values), 2) for name, values in cpus.items()
+                       if ":" in name},
+            "cpu_over_bare_ms": {name.split(":")[1]: value for name, value in over_bare.items() if ":" in name},
+        }
+    return report
 
 
 def memory_cost(directory: str, target: int) -> dict[str, Any]:
@@ -524,6 +564,12 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "wall clock of python -c 'from trainstatus import StatusStore' minus python -c pass")
             add("trainstatus show - bare start (ms)", "-", "-", round(imp["show_ms"] - imp["bare_ms"], 2), 10.0, True,
                 "wall clock of trainstatus show (1 KB file) minus python -c pass")
+        if "cpu_over_bare_ms" in imp:  # the same, in CPU time, each run against the bare start of its round
+            add("from trainstatus import StatusStore - bare start, CPU (ms)", "-", "-",
+                imp["cpu_over_bare_ms"]["store_import_ms"], 20.0, True,
+                "median over rounds of (CPU of python -c 'from trainstatus import StatusStore' - CPU of python -c pass)")
+            add("trainstatus show - bare start, CPU (ms)", "-", "-", imp["cpu_over_bare_ms"]["show_ms"], 10.0, True,
+                "median over rounds of (CPU of trainstatus show, 1 KB file - CPU of python -c pass)")
     memory = report.get("memory")
     if memory:
         add("open store peak memory / file size", "list", "10MB", memory["peak_ratio"], 3.0, True,
@@ -544,6 +590,11 @@ def human(us: float) -> str:
     if us < 100_000:
         return f"{us / 1000:.1f} ms"
     return f"{us / 1000:.0f} ms"
+
+
+STARTUP_NAMES = {"import_ms": "import trainstatus", "store_import_ms": "from trainstatus import StatusStore",
+                 "help_ms": "trainstatus --help", "show_ms": "trainstatus show",
+                 "re_json_ms": "import re, json"}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -581,6 +632,10 @@ def render(report: dict[str, Any]) -> str:
                   f"from trainstatus import StatusStore {imp.get('store_import_ms', '-')} ms, trainstatus --help {imp['help_ms']} ms, "
                   f"show {imp['show_ms']} ms (medians of {imp['runs']}); numpy imported: "
                   f"{'yes' if imp['numpy_imported'] else 'no'}"]
+    for label, figures in (("this version", imp), ("before", imp.get("before"))):
+        if figures and "cpu_over_bare_ms" in figures:
+            lines.append(f"CPU above a bare start, {label}: " + ", ".join(
+                f"{STARTUP_NAMES[name]} +{value} ms" for name, value in figures["cpu_over_bare_ms"].items()))
     memory = report.get("memory")
     if memory:
         lines.append(f"memory, opening a {memory['file_bytes']}-byte file: tracemalloc peak {memory['peak_ratio']}x the "
@@ -686,6 +741,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="SIZE", help="only profile one method (--method) at SIZE")
     parser.add_argument("--method", default="set_small", help="the method --profile runs (default set_small)")
     parser.add_argument("--import-runs", type=int, default=15, help="fresh interpreters per start-up figure (median)")
+    parser.add_argument("--startup", action="store_true",
+                        help="measure only the start-up figures (no writes; JSON default "
+                             "benchmarks/results/write_overhead-startup.json)")
+    parser.add_argument("--startup-before", metavar="SRC",
+                        help="also run the start-up commands with another version's src directory on PYTHONPATH, "
+                             "in the same rounds (e.g. one made by git archive)")
     args = parser.parse_args(argv)
     if args.from_json:
         return _common.replot(parser, args, "write_overhead", plot)
@@ -707,7 +768,9 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(sizes) - set(SIZES)
         if unknown:
             parser.error(f"unknown sizes {sorted(unknown)}; choose from {', '.join(SIZES)}")
-    json_path, plot_path = _common.output_paths(args, "write_overhead")
+    json_path, plot_path = _common.output_paths(args, "write_overhead-startup" if args.startup else "write_overhead")
+    if args.startup:
+        shapes = []
 
     report: dict[str, Any] = {"benchmark": "write_overhead", "format": 2, "quick": args.quick, "date": _common.now(),
                               "methods": METHODS, "core": list(CORE), "small_key": "/".join(SMALL),
@@ -730,11 +793,11 @@ def main(argv: list[str] | None = None) -> int:
                 report["sizes"][name][size] = info
                 report["results"][name][size] = results
                 shutil.rmtree(sub, ignore_errors=True)
-        report["import"] = import_cost(3 if args.quick else args.import_runs, directory)
-        if not args.quick:
+        report["import"] = import_cost(3 if args.quick else args.import_runs, directory, args.startup_before)
+        if not args.quick and not args.startup:
             report["memory"] = memory_cost(directory, SIZES["10MB"])
     report["targets"] = targets(report)
-    report["plot"] = None if args.no_plot else plot(report, plot_path)
+    report["plot"] = None if args.no_plot or args.startup else plot(report, plot_path)
     _common.publish(report, json_path, render)
     return 0
 

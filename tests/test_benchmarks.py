@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,40 @@ def test_concurrency_quick(tmp_path: Path) -> None:
     assert target["value"] == pytest.approx(threads[-1]["sets_per_s"] / threads[0]["sets_per_s"], rel=1e-2)
     assert target["met"] == (target["value"] >= 4.0)
     assert "target (issue 4)" in stdout
+
+
+def test_write_overhead_startup_measures_start_up_alone_against_another_version(tmp_path: Path) -> None:
+    """--startup: the start-up rows only, with bytecode caches whatever the environment says, and
+    --startup-before's version run in the same rounds (here this checkout's own src again)."""
+    json_path = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "write_overhead.py"), "--startup", "--import-runs", "2",
+         "--json", str(json_path), "--dir", str(tmp_path), "--startup-before", str(ROOT / "src")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    report = json.loads(json_path.read_text())
+    assert report["results"] == {} and report["plot"] is None and "memory" not in report
+    names = {"import_ms", "store_import_ms", "help_ms", "show_ms"}
+    imp = report["import"]
+    assert imp["runs"] == 2 and set(imp["cpu_over_bare_ms"]) == {*names, "re_json_ms"}
+    assert set(imp["before"]["cpu_over_bare_ms"]) == names
+    assert imp["before"]["src"] == str(ROOT / "src") and all(imp["before"][name] > 0 for name in names)
+    cpu_rows = {t["target"]: t for t in report["targets"] if ", CPU" in t["target"]}
+    assert cpu_rows["trainstatus show - bare start, CPU (ms)"]["value"] == imp["cpu_over_bare_ms"]["show_ms"]
+    assert "CPU above a bare start, before: " in done.stdout
+    assert {p.name for p in tmp_path.iterdir()} == {"report.json"}  # the caches went with the measuring directory
+
+
+def test_start_up_runs_keep_bytecode_caches(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without caches each run would compile every module again: not what an installed package costs."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    spec = importlib.util.spec_from_file_location("_write_overhead_under_test", BENCHMARKS / "write_overhead.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts benchmarks/ first
+    spec.loader.exec_module(module)
+    env = module._startup_env(str(tmp_path), "/before/src")
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
+    assert env["PYTHONPATH"] == os.pathsep.join(("/before/src", "/elsewhere"))

@@ -199,7 +199,11 @@ big_wall_height:
 def test_show_finds_the_newest_checkpoint_by_step_and_warns_in_one_line(tmp_path: Path) -> None:
     document = {
         "B": {"checkpoints": [{"steps": 30, "file_path": "b30"}, {"steps": 10, "file_path": "b10"}],
-              "one": [{"steps": 5, "file_path": "only"}], "not checkpoints": [{"steps": 1}], "line\nbreak": 1},
+              "one": [{"steps": 5, "file_path": "only"}],
+              # a NaN step orders nothing: the newest is the last entry, as listed
+              "nan": [{"steps": 30, "file_path": "n30"}, {"steps": math.nan, "file_path": "nnan"},
+                      {"steps": 10, "file_path": "n10"}],
+              "not checkpoints": [{"steps": 1}], "line\nbreak": 1},
         "empty": {},
     }
     path = status_file(tmp_path, json.dumps(document).encode())
@@ -209,6 +213,7 @@ metadata: none (the file has no metadata block)
 B:
   checkpoints: 2 checkpoints, newest step 30: b30
   one: 1 checkpoint, newest step 5: only
+  nan: 3 checkpoints, newest step 10: n10
   not checkpoints: [{"steps": 1}]
   "line\\nbreak": 1
 empty: (no keys)

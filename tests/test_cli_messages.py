@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstatus import StatusStore, _atomic, _cli_base, _cli_main, _history, _storage
+from trainstatus import StatusStore, _atomic, _cli_base, _cli_main, _cli_parser, _history, _storage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,13 +35,13 @@ def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, ar
 
 def _writers() -> list[str]:
     """The commands that write the file: those that wait for its lock."""
-    return sorted(name for name, sub in _commands(_cli_main._parser()).items()
+    return sorted(name for name, sub in _commands(_cli_parser._parser()).items()
                   if "--lock-timeout" in sub._option_string_actions)
 
 
 def test_the_commands_that_write_are_the_ones_help_and_manual_name() -> None:
     assert _writers() == ["corrupt restore", "delete", "prune-missing", "restore", "set"]
-    top = _cli_main._parser().format_help()
+    top = _cli_parser._parser().format_help()
     named = re.search(r"commands that change the file \(([^)]*)\)", " ".join(top.split()))
     assert named is not None and sorted(named.group(1).split(", ")) == _writers()
     manual = " ".join((ROOT / "docs" / "cli.md").read_text().split())
@@ -400,7 +400,7 @@ def test_check_counts_one_version_in_the_singular(tmp_path: Path, capsys: pytest
 
 
 def test_every_command_found_in_the_parser_has_help_with_an_example() -> None:
-    commands = _commands(_cli_main._parser())
+    commands = _commands(_cli_parser._parser())
     assert {"history", "diff", "restore", "prune-missing", "corrupt restore"} <= set(commands)
     for name, sub in commands.items():
         text = sub.format_help()
@@ -454,4 +454,4 @@ def test_the_readme_lists_every_command() -> None:
     listed = re.search(r"\[Command line\]\(docs/cli\.md\): ((?:`[a-z -]+`, )+)and their exit codes", readme)
     assert listed is not None
     names = [name.removeprefix("trainstatus ") for name in re.findall(r"`([a-z -]+)`", listed.group(1))]
-    assert sorted(names) == sorted(name for name in _commands(_cli_main._parser()) if " " not in name)
+    assert sorted(names) == sorted(name for name in _commands(_cli_parser._parser()) if " " not in name)

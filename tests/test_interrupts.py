@@ -506,8 +506,11 @@ while time.monotonic() < end:
         sets += 1
     except KeyboardInterrupt:
         interrupts += 1
-        with open(path, "rb") as f:
-            on_disk = json.loads(f.read())
+        try:
+            with open(path, "rb") as f:
+                on_disk = json.loads(f.read())
+        except FileNotFoundError:  # the first set interrupted before it wrote: memory must be empty too
+            on_disk = {}
         on_disk.pop("metadata", None)
         memory = store.to_dict()
         memory.pop("metadata")

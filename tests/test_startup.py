@@ -7,6 +7,9 @@ to the top of a module) fails here on any machine, loaded or not.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import itertools
 import os
 import subprocess
 import sys
@@ -19,18 +22,21 @@ from trainstatus import StatusStore
 # Loaded by the first store that opens (orjson, and the modules its setup imports), by the code
 # that needs them (json for files with NaN or not written by trainstatus, hashlib for names of
 # 222 bytes and more, datetime for a restore or a copy kept aside, copy/random for rare errors and
-# S3 retries, logging only by the program itself, the S3 backend by an s3:// URL), or never.
+# S3 retries, logging only by the program itself, the S3 backend by an s3:// URL), or never; typing
+# (and the re it imports) by type checkers alone.
 NOT_FOR_THE_STORE_CLASS = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "json", "hashlib", "datetime", "copy",
     "random", "trainstatus._s3", "shutil", "argparse", "pickle", "numpy", "boto3", "traceback", "tokenize",
-    "subprocess", "tempfile",
+    "subprocess", "tempfile", "typing", "re",
 )
-# show reads with Python's json alone and prints: no codec, no store, no lock; and argparse's
-# formatter does not find the terminal's width through shutil (which imports bz2, lzma, zlib).
+# show reads with Python's json alone and prints: no codec, no store, no lock; a plain `show PATH` is
+# read without argparse (nor the gettext and locale its messages import), and argparse's formatter,
+# where it is used, does not find the terminal's width through shutil (which imports bz2, lzma, zlib).
 NOT_FOR_SHOW = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "hashlib", "datetime", "copy", "random",
     "shutil", "bz2", "lzma", "zlib", "fnmatch", "trainstatus._codec", "trainstatus._store", "trainstatus._s3",
     "trainstatus._storage", "trainstatus._cli", "pickle", "numpy", "traceback", "subprocess", "tempfile",
+    "argparse", "gettext", "locale", "trainstatus._cli_parser", "shlex", "signal", "math",
 )
 
 
@@ -79,12 +85,50 @@ def test_show_loads_no_heavy_module(tmp_path: Path) -> None:
     assert "trainstatus._cli_read" in modules
 
 
+# Arguments that argparse reads in different ways: options of show, their abbreviations and
+# misspellings, a PATH that starts with "-" (some are options, some a PATH), "--", an empty PATH.
+_TOKENS = ("show", "get", "f.json", "s3://b/k", "--json", "--js", "--json=1", "--jsonx", "--", "-", "-1", "-a b",
+           "-h", "--help", "--version", "", "--storage-option", "x=y")
+
+
+def _argparse_reads(argv: list[str]) -> dict[str, object] | None:
+    """What the full parser makes of ``argv`` (the command named, not its object), or None when it
+    refuses it."""
+    from trainstatus._cli_parser import _parser
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = _parser().parse_args(argv)
+    except SystemExit:
+        return None
+    return {**vars(args), "run": (args.run.module, args.run.function)}
+
+
+def test_a_plain_show_is_read_as_argparse_reads_it() -> None:
+    """Every command line ``_plain_show`` reads without argparse (any argument of ``_TOKENS`` after
+    show, up to three) is one argparse reads, to the same attributes; the rest are left to argparse."""
+    from trainstatus._cli_main import _plain_show
+
+    accepted = []
+    for count in range(4):
+        for rest in itertools.product(_TOKENS, repeat=count):
+            for argv in (["show", *rest], [*rest, "show"]):
+                args = _plain_show(argv)
+                if args is None:
+                    continue
+                accepted.append(argv)
+                assert {**vars(args), "run": (args.run.module, args.run.function)} == _argparse_reads(argv), argv
+    assert ["show", "f.json"] in accepted and ["show", "--json", "s3://b/k"] in accepted
+    assert ["show", "-a b", "--json"] not in accepted  # argparse reads it as a PATH; left to argparse all the same
+    assert _argparse_reads(["show", "-a b", "--json"]) is not None
+
+
 @pytest.mark.parametrize("columns", ["", "57", "x"])
 def test_the_help_is_as_wide_as_shutil_says(monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
     """The width argparse's formatter is given is the one it would have asked shutil for."""
     import shutil
 
-    from trainstatus import _cli_main
+    from trainstatus import _cli_parser
 
     if columns:
         monkeypatch.setenv("COLUMNS", columns)
@@ -92,8 +136,8 @@ def test_the_help_is_as_wide_as_shutil_says(monkeypatch: pytest.MonkeyPatch, col
         monkeypatch.delenv("COLUMNS", raising=False)
     import argparse
 
-    assert _cli_main._terminal_columns() == shutil.get_terminal_size().columns
-    assert _cli_main._Formatter("trainstatus")._width == argparse.RawDescriptionHelpFormatter("trainstatus")._width
+    assert _cli_parser._terminal_columns() == shutil.get_terminal_size().columns
+    assert _cli_parser._Formatter("trainstatus")._width == argparse.RawDescriptionHelpFormatter("trainstatus")._width
 
 
 def test_debug_records_reach_logging_once_the_program_imports_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -23,7 +23,9 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import _names
 

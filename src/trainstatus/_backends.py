@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from ._location import object_store, url_scheme
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._object_store import ObjectStorage
 
 __all__ = ["object_store_url", "open_object_store"]

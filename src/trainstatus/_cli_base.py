@@ -8,13 +8,11 @@ commands live in ``_cli`` (and ``_cli_history``), which loads the store, the cod
 
 from __future__ import annotations
 
-import argparse
+import _signal  # type: ignore[import-not-found]  # the C module behind signal, whose enums cost show 0.5 ms
 import errno as errno_codes
 import json
 import os
 import re
-import shlex
-import signal
 import stat
 import sys
 import warnings
@@ -26,6 +24,7 @@ from ._location import file_url_advice, object_store, url_scheme
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of every command)
 if TYPE_CHECKING:
+    import argparse
     from typing import Any, TextIO
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NOT_SET", "EXIT_OK", "EXIT_WARNINGS", "URL_COMMANDS", "is_url",
@@ -72,6 +71,8 @@ def _cut(text: str, path: str, category: str, key: str) -> str:
     """A value's JSON as shown, cut after ``LONG_VALUE`` characters with how to get all of it."""
     if len(text) <= LONG_VALUE:
         return text
+    import shlex  # here: only a long value needs it
+
     command = shlex.join([PROG, "get", path, category, key])
     return f"{text[:LONG_VALUE]}... (cut: {len(text):,} characters; `{command}` prints it whole)"
 
@@ -274,8 +275,8 @@ def _python_sigint() -> None:
     ``KeyboardInterrupt`` instead, which a store holds back until a write in progress is done and
     ``run`` turns into the same one line.
     """
-    if getattr(signal.getsignal(signal.SIGINT), "trainstatus_early", False):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if getattr(_signal.getsignal(_signal.SIGINT), "trainstatus_early", False):
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,8 +9,6 @@ was most of the command's run time.
 
 from __future__ import annotations
 
-import argparse
-import math
 from ._cli_base import (
     EXIT_NOT_SET,
     EXIT_OK,
@@ -32,6 +30,7 @@ from ._load import METADATA, Corrupt, Values, check_metadata, load_values
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of every command)
 if TYPE_CHECKING:
+    import argparse
     from typing import Any
 
 __all__ = ["_cmd_get", "_cmd_show"]
@@ -58,9 +57,8 @@ def _is_checkpoint_list(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (
-        isinstance(value, float) and math.isnan(value)
-    )
+    # value != value: NaN, the one float unequal to itself (math.isnan without loading math's library)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def _summary(value: Any) -> str:

@@ -50,7 +50,7 @@ else:
     # re: ``from trainstatus import StatusStore`` pays for neither; the first store that opens
     # pays for orjson, and json is imported where a file or a value needs it. The command line
     # imports orjson itself before a command that needs it runs, under its first Ctrl-C handler
-    # (``_cli_main._Command.load``).
+    # (``_cli_names.Command.load``).
     json = OnFirstUse("json", globals())
     orjson = OnFirstUse("orjson", globals(), lambda module: _check_orjson(module))
 

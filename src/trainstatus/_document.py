@@ -18,7 +18,9 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Mapping
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 from ._codec import Entry, check_name, decode, encode_loaded, encode_value
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
-from typing import Protocol
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:  # only in annotations, which are strings at run time
+    from typing import Protocol
 
-
-class _Forkable(Protocol):
-    def _after_fork_in_child(self) -> None: ...
+    class _Forkable(Protocol):
+        def _after_fork_in_child(self) -> None: ...
 
 
 _watched: list[Collection[_Forkable]] = []

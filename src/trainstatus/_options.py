@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import _locking
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
