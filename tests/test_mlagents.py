@@ -832,3 +832,22 @@ def test_saved_state_reads_an_unknown_category_as_empty_without_creating_it(tmp_
     assert state["NoSuchBehavior"] == {}  # as ML-Agents' defaultdict
     assert "NoSuchBehavior" not in state and "NoSuchBehavior" not in GlobalTrainingStatus.saved_state
     assert json.loads(json.dumps(state)) == {"wall_height": {"lesson_num": 1}, "metadata": FRESH_METADATA}
+
+
+@pytest.mark.parametrize(("error", "torn"), [
+    (FileNotFoundError(2, "No such file or directory"), True),
+    (EOFError("Ran out of input"), True),
+    (RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory"), True),
+    (RuntimeError("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False"), False),
+    (PermissionError(13, "Permission denied"), False),
+    (OSError(5, "Input/output error"), False),
+    (MemoryError(), False),
+])
+def test_only_a_missing_or_torn_checkpoint_pt_is_replaced_on_resume(error: BaseException, torn: bool) -> None:
+    # The plugin's --resume falls back to a listed checkpoint, or a fresh model, only when
+    # checkpoint.pt itself is missing or cut short; an error about this machine (CUDA, permissions,
+    # I/O) stands, or the fresh model's next save would replace a good file (tests/test_mlagents_learn.py
+    # runs the fallback itself on the real path).
+    from trainstatus._mlagents_plugin import _torn_or_missing
+
+    assert _torn_or_missing(error) is torn

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -183,3 +184,27 @@ def test_the_store_writes_what_the_uncached_render_would(tmp_path: Any, seed: in
             parsed = json.loads(data)
             assert {k: v for k, v in parsed.items() if k != "metadata"} == model
             assert data == orjson.dumps(parsed, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def test_a_forked_child_renders_with_its_own_cache_lock(tmp_path: Path) -> None:
+    # As if another thread of the parent were rendering at the fork: its lock held, what it kept
+    # possibly half updated. The child must neither keep the lock (every write uncached) nor trust
+    # what was kept.
+    import os
+
+    store = StatusStore(tmp_path / "status.json")
+    store.set("a", "x", 1)
+    renderer = store._renderer  # type: ignore[attr-defined]
+    assert renderer._lock.acquire(blocking=False)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        code = 1
+        try:
+            store.set("a", "y", 2)
+            code = 0 if renderer._lock.acquire(blocking=False) and renderer._names == ["a", "metadata"] else 3
+        finally:
+            os._exit(code)
+    renderer._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.close()

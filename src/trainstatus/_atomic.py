@@ -20,6 +20,7 @@ Why each step:
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import stat
 from collections.abc import Callable
@@ -83,28 +84,30 @@ def ensure_directory(directory: str, *, durable: bool) -> None:
         sync_directory(parent or ".")
 
 
-# The source of temp file names: seeded from the system once per process (a getrandom each time
-# was a system call of every write, issue 23), again in a forked child. Its own generator, so that
-# a trainer's random.seed() does not make two runs draw the same names. Made at the first write:
-# ``random`` is not imported with trainstatus.
-_names_source: Any = None
+# The source of temp file names: a keyed hash (BLAKE2b) of a counter, the key drawn from the
+# system once per process (a getrandom per name was a system call of every write, issue 23), again
+# in a forked child. Not a seeded generator (random.Random): its output gives its state away after
+# a few hundred names, and another user of a shared folder could then take the next ones in
+# advance. hashlib is imported at the first write, not with trainstatus.
+_names_key: bytes | None = None
+_names_count = itertools.count()
 
 
 def token() -> str:
-    """16 random hex digits for a temp file's name. Unguessable names are not what keeps the write
-    safe (``O_EXCL`` and ``O_NOFOLLOW`` are: a name taken is drawn again), only what keeps another
-    user from taking them in advance."""
-    global _names_source
-    if _names_source is None:
-        import random
+    """16 unpredictable hex digits for a temp file's name. Unguessable names are not what keeps the
+    write safe (``O_EXCL`` and ``O_NOFOLLOW`` are: a name taken is drawn again), only what keeps
+    another user from taking them in advance."""
+    global _names_key
+    if _names_key is None:
+        _names_key = os.urandom(32)
+    import hashlib
 
-        _names_source = random.Random()  # seeded from os.urandom
-    return f"{_names_source.getrandbits(64):016x}"
+    return hashlib.blake2b(next(_names_count).to_bytes(8, "little"), key=_names_key, digest_size=8).hexdigest()
 
 
 def _new_names_in_child() -> None:
-    global _names_source
-    _names_source = None  # else parent and child would draw the same names
+    global _names_key
+    _names_key = None  # else parent and child would draw the same names
 
 
 if hasattr(os, "register_at_fork"):

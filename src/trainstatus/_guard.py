@@ -85,3 +85,4 @@ class _Guarded(_Document):
         else:
             self._mutex = threading.RLock()
             self._guard_depth = 0
+            self._renderer.after_fork_in_child()

@@ -249,8 +249,11 @@ def _route_model_saver() -> None:
             native_load(self, load_path, policy, reset_global_steps)
             return
         except Exception as exc:  # torch.load's errors for a missing or damaged file vary by release
-            if not self.load or self.initialize_path is not None:
-                raise  # --initialize-from names a file of the user's: ML-Agents' error stands
+            if not self.load or self.initialize_path is not None or not _torn_or_missing(exc):
+                # --initialize-from names a file of the user's, and an error that is not about the
+                # file (a CUDA-saved model on a CPU-only host, permissions, I/O): ML-Agents' error
+                # stands, rather than a fresh model whose next save would replace a good file.
+                raise
             failure = exc
         behavior = os.path.basename(os.path.normpath(self.model_path))
         for checkpoint in reversed(ModelCheckpointManager.get_checkpoints(behavior)):
@@ -259,13 +262,29 @@ def _route_model_saver() -> None:
                     _log().warning("trainstatus: %s could not be loaded (%s); resuming %s from its newest listed "
                                    "checkpoint, %s (steps %s)", load_path, failure, behavior, path,
                                    checkpoint.get("steps"))
-                    native_load(self, path, policy, reset_global_steps)
+                    try:
+                        native_load(self, path, policy, reset_global_steps)
+                    except Exception as again:
+                        raise again from failure  # both files' errors in the traceback
                     return
         _log().warning("trainstatus: %s could not be loaded (%s) and no checkpoint of %s is listed: its model "
                        "starts afresh, at step 0 (its curriculum lessons are resumed)", load_path, failure, behavior)
 
     saver.save_checkpoint = save_checkpoint
     saver._load_model = load_model
+
+
+def _torn_or_missing(exc: BaseException) -> bool:
+    """Whether ``torch.load``'s ``exc`` says the file is missing or cut short (a kill inside its
+    save), not that this machine cannot load a whole file."""
+    import pickle
+    import zipfile
+
+    if isinstance(exc, (FileNotFoundError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile)):
+        return True
+    # torch's zip reader: "PytorchStreamReader failed reading zip archive: failed finding central
+    # directory", "... failed reading file data/0: invalid header or archive is corrupted".
+    return isinstance(exc, RuntimeError) and "PytorchStreamReader failed" in str(exc)
 
 
 def _save_replacing(save: Any, target: str) -> None:

@@ -240,6 +240,8 @@ class ObjectStorage(Storage):
         sharing this one's client, with no probe of its own."""
         if not url.startswith(self.location):  # pragma: no cover - the probe's names always do
             raise ValueError(f"{url!r} is not beside {self.location!r}")
+        if self._client_pid != os.getpid():  # made now, so that the copies share it (after a fork too)
+            self._client, self._client_pid = self._make_client(), os.getpid()
         other = copy.copy(self)
         other.location, other.name = url, self.name + url[len(self.location):]
         other._probe = _probe.Gate(url, {_probe.OPTION: "unchecked"})

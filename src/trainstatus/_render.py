@@ -213,6 +213,12 @@ class Renderer:
     def _forget(self) -> None:
         self._names, self._categories, self._by_name = [], [], {}
 
+    def after_fork_in_child(self) -> None:
+        """A thread of the parent may have been rendering at the fork: its lock would stay held
+        in the child (every write there uncached) and what it kept may be half updated."""
+        self._lock = threading.Lock()
+        self._forget()
+
     def _render(
         self,
         document: Mapping[str, Mapping[str, Entry]],

@@ -231,7 +231,7 @@ def _problem(checkpoints: CheckpointList, entry: Mapping[str, Any] | None, folde
         return why
     try:
         _whole(checkpoints.resolve(os.curdir))(dict(entry))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # a header of the wrong shape too
         return str(exc)
     return None
 
