@@ -14,6 +14,7 @@ import pytest
 
 from trainstatus import StatusStore, _render
 from trainstatus._codec import Entry, encode_loaded, render
+from trainstatus._document import apply  # what the store does to make the next document
 from trainstatus._render import Renderer
 
 Document = dict[str, dict[str, Entry]]
@@ -26,24 +27,6 @@ def _strict(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Renderer, "fallback", False)
 
 
-def apply(document: Mapping[str, dict[str, Entry]], pending: Mapping[tuple[str, str], Entry | None]) -> Document:
-    """What the store does to make the next document (``_store._apply``): copies of the touched
-    categories only, a category whose last key went removed."""
-    result = dict(document)
-    touched: Document = {}
-    for (category, key), entry in pending.items():
-        entries = touched.get(category)
-        if entries is None:
-            entries = touched[category] = dict(result.get(category, {}))
-            result[category] = entries
-        if entry is None:
-            entries.pop(key, None)
-        else:
-            entries[key] = entry
-    for category, entries in touched.items():
-        if not entries:
-            del result[category]
-    return result
 
 
 def value(rng: random.Random) -> Entry:
