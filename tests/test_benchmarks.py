@@ -113,7 +113,7 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
     start = report["import"]
     assert start["trainstatus_ms"] > 0 and start["bare_ms"] > 0 and start["help_ms"] > 0 and start["show_ms"] > 0
     assert start["store_import_ms"] > 0 and set(start["cpu_ms"]) == {"bare_ms", "import_ms", "store_import_ms", "help_ms",
-                                                                    "show_ms"}
+                                                                    "show_ms", "re_json_ms"}
     assert start["numpy_imported"] is False  # heavy imports stay lazy
     assert "memory" not in report  # a full run only
 
