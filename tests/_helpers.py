@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -31,6 +32,32 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     return bool(a == b)
+
+
+# Object stores (tests/test_s3.py, tests/test_object_store.py): a bucket of either server module
+# has ``read(key)``; every bucket's test object is at ``OBJECT_KEY``.
+OBJECT_KEY = "run/run_logs/training_status.json"
+
+
+def stored(bucket: Any, key: str = OBJECT_KEY) -> dict[str, Any]:
+    """The object as another reader parses it (Python's json: NaN literals allowed)."""
+    data = bucket.read(key)
+    assert data is not None, f"no object at {key}"
+    return json.loads(data)  # type: ignore[no-any-return]
+
+
+def assert_memory_is_object(store: StatusStore, bucket: Any) -> None:
+    assert same(store.to_dict(), stored(bucket))
+
+
+def requests(store: StatusStore) -> int:
+    """How many requests the store's object storage has sent."""
+    return store._storage.requests  # type: ignore[attr-defined, no-any-return]
+
+
+def conflicts(store: StatusStore) -> int:
+    """How many conditional writes of the store's object storage lost a race."""
+    return store._storage.conflicts  # type: ignore[attr-defined, no-any-return]
 
 
 def write(root: Path, name: str, data: bytes = b"weights") -> str:

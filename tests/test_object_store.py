@@ -11,7 +11,6 @@ test_object_store_processes.py. The SDKs are imported at the top on purpose: the
 
 from __future__ import annotations
 
-import json
 import math
 import pickle
 from collections.abc import Callable
@@ -22,7 +21,14 @@ import azure.storage.blob  # noqa: F401 - see the module doc
 import boto3  # noqa: F401
 import google.cloud.storage  # noqa: F401
 import pytest
-from _helpers import same
+from _helpers import (
+    OBJECT_KEY,
+    assert_memory_is_object,
+    conflicts,
+    requests,
+    same,
+    stored,
+)
 
 from trainstatus import (
     STATUS_FORMAT_VERSION,
@@ -37,7 +43,7 @@ from trainstatus import (
     __version__,
 )
 
-KEY = "run/run_logs/training_status.json"
+KEY = OBJECT_KEY  # where every bucket keeps its test object
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -45,25 +51,6 @@ KEY = "run/run_logs/training_status.json"
 
 def open_at(bucket: Any, key: str = KEY, **options: Any) -> StatusStore:
     return StatusStore(bucket.url(key), storage_options=bucket.storage_options, **options)  # type: ignore[call-arg]
-
-
-def stored(bucket: Any, key: str = KEY) -> dict[str, Any]:
-    """The object as another reader parses it (Python's json: NaN literals allowed)."""
-    data = bucket.read(key)
-    assert data is not None, f"no object at {key}"
-    return json.loads(data)  # type: ignore[no-any-return]
-
-
-def assert_memory_is_object(store: StatusStore, bucket: Any) -> None:
-    assert same(store.to_dict(), stored(bucket))
-
-
-def requests(store: StatusStore) -> int:
-    return store._storage.requests  # type: ignore[attr-defined, no-any-return]
-
-
-def conflicts(store: StatusStore) -> int:
-    return store._storage.conflicts  # type: ignore[attr-defined, no-any-return]
 
 
 def fill(store: StatusStore) -> None:
@@ -533,7 +520,11 @@ def test_a_server_that_ignores_conditional_writes_is_refused_on_every_backend(bu
             import datetime
 
             from _objectservers import AZURE_ACCOUNT, AZURE_KEY
-            from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+            from azure.storage.blob import (
+                AccountSasPermissions,
+                ResourceTypes,
+                generate_account_sas,
+            )
 
             sas = generate_account_sas(
                 AZURE_ACCOUNT, AZURE_KEY, ResourceTypes(service=True, container=True, object=True),

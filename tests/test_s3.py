@@ -9,7 +9,6 @@ collection error, never a quiet skip.
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import boto3  # noqa: F401 - see the module doc
 import botocore.client
 import moto  # noqa: F401 - see the module doc
 import pytest
-from _helpers import same
+from _helpers import assert_memory_is_object, conflicts, stored
 from _s3server import Bucket
 
 from trainstatus import (
@@ -43,25 +42,6 @@ NO_RETRY = {"retries": {"total_max_attempts": 1}, "connect_timeout": 2, "read_ti
 
 def open_s3(s3: Bucket, key: str = Bucket.KEY, **options: Any) -> StatusStore:
     return StatusStore(s3.url(key), storage_options=s3.storage_options, **options)  # type: ignore[call-arg]
-
-
-def stored(s3: Bucket, key: str = Bucket.KEY) -> dict[str, Any]:
-    """The object as another reader parses it (Python's json: NaN literals allowed)."""
-    data = s3.read(key)
-    assert data is not None, f"no object at {key}"
-    return json.loads(data)  # type: ignore[no-any-return]
-
-
-def assert_memory_is_object(store: StatusStore, s3: Bucket) -> None:
-    assert same(store.to_dict(), stored(s3))
-
-
-def requests(store: StatusStore) -> int:
-    return store._storage.requests  # type: ignore[attr-defined, no-any-return]
-
-
-def conflicts(store: StatusStore) -> int:
-    return store._storage.conflicts  # type: ignore[attr-defined, no-any-return]
 
 
 def boto_client_of(store: StatusStore) -> Any:
