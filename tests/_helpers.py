@@ -60,6 +60,21 @@ def conflicts(store: StatusStore) -> int:
     return store._storage.conflicts  # type: ignore[attr-defined, no-any-return]
 
 
+def fill(store: StatusStore) -> None:
+    """The same changes, on any store: categories, a NaN, infinities, a delete, nesting."""
+    store.set("wall_height", "lesson_num", 3)
+    store.set("SoccerTwos?team=0", "elo", 1234.5)
+    store.set("Walker", "checkpoints", [{"steps": 500_000, "reward": math.nan, "file_path": "Walker-500000.onnx"}])
+    store.set("Walker", "final_checkpoint", None)
+    store.set("extremes", "inf", [math.inf, -math.inf, 2**64 - 1, -(2**63)])
+    store.set("extremes", "unicode", "größe ✓")
+    store.set("gone", "soon", 1)
+    assert store.delete("gone", "soon") is True
+    with store.transaction():
+        store.set("wall_height", "lesson_num", 4)
+        store.set("Walker", "lesson", {"nested": {"deep": [1, 2.5, "x", True]}})
+
+
 def write(root: Path, name: str, data: bytes = b"weights") -> str:
     """Create ``root/name`` (folders too); return ``name``, the path as a trainer would list it."""
     path = root / name

@@ -14,9 +14,9 @@ the same port by ``start()``; ``persistent=True`` keeps its objects on disk acro
 server is also killed when the process that started it dies (``PR_SET_PDEATHSIG``), so a test run
 that dies leaves none behind.
 
-``GCSServer`` / ``AzuriteServer`` have the interface of tests/_s3server.py's ``S3Server`` that the
-tests use (``endpoint_url``, ``storage_options``, ``new_bucket()``, ``kill()``, ``start()``,
-``restart()``, ``close()``), and ``Container`` that of its ``Bucket`` (``url()``, ``read()``,
+``GCSServer``, ``AzuriteServer`` and tests/_s3server.py's ``S3Server`` share ``_Server``'s life
+cycle and the interface the tests use (``endpoint_url``, ``storage_options``, ``new_bucket()``,
+``kill()``, ``start()``, ``restart()``, ``close()``), and ``Container`` has that of ``Bucket`` (``url()``, ``read()``,
 ``write()``, ``etag()``, ``keys()``, ``delete()``).
 """
 
@@ -123,6 +123,9 @@ class _Server:
     def ready_url(self) -> str:
         raise NotImplementedError
 
+    def stdin(self) -> int:
+        return subprocess.DEVNULL
+
     def log(self) -> str:
         try:
             with open(self._log_path, encoding="utf-8", errors="replace") as f:
@@ -136,7 +139,7 @@ class _Server:
         if not self.port:
             self.port = free_port()
         with open(self._log_path, "ab") as log:
-            self._process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            self._process = subprocess.Popen(self.command(), stdin=self.stdin(), stdout=log, stderr=log,
                                              preexec_fn=_die_with_parent)
         try:
             self._wait_until_answering()
@@ -166,6 +169,8 @@ class _Server:
         if process.poll() is None:
             process.kill()
         process.wait(timeout=30)
+        if process.stdin is not None:
+            process.stdin.close()
 
     def restart(self) -> None:
         self.kill()

@@ -27,27 +27,21 @@ The child exits when its stdin closes, so a test run that dies (even by SIGKILL)
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import pickle
-import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-HOST = "127.0.0.1"
+from _objectservers import HOST, _Server
+
 REGION = "us-east-1"
 # moto accepts any credentials; these are the ones its documentation uses.
 KEY = "testing"
 SECRET = "testing"
-START_TIMEOUT = 30.0
 _MUTATING = frozenset({"PUT", "POST", "DELETE"})
 
 
@@ -149,35 +143,33 @@ def serve(port: int, state: str | None) -> None:
 # -- the test side --------------------------------------------------------------------------------
 
 
-class S3Server:
-    """The server subprocess: ``start()``, ``kill()``, ``restart()`` on the same port.
+class S3Server(_Server):
+    """The server subprocess: ``start()``, ``kill()``, ``restart()`` on the same port (see
+    tests/_objectservers.py's ``_Server``, which the GCS and Azure servers share).
 
     ``persistent=True`` keeps objects across restarts (``--state``, see the module doc).
     """
 
-    _buckets = itertools.count()
+    name = "moto"
+    scheme = "s3"
 
-    def __init__(self, *, port: int = 0, persistent: bool = False) -> None:
-        self.port = port
-        self._dir = tempfile.mkdtemp(prefix="trainstatus-s3server-")
+    def __init__(self, *, persistent: bool = False) -> None:
+        super().__init__(persistent=persistent)
         self._state = os.path.join(self._dir, "state.pickle") if persistent else None
-        self._log_path = os.path.join(self._dir, "server.log")
-        self._process: subprocess.Popen[bytes] | None = None
-        self._client: Any = None
 
-    # properties for the tests
+    def command(self) -> list[str]:
+        command = [sys.executable, os.path.abspath(__file__), "--port", str(self.port)]
+        return command if self._state is None else [*command, "--state", self._state]
 
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+    def stdin(self) -> int:
+        return subprocess.PIPE  # the server exits when this pipe closes (see serve)
+
+    def ready_url(self) -> str:
+        return f"{self.endpoint_url}/"  # ListBuckets
 
     @property
     def storage_options(self) -> dict[str, Any]:
         return {"endpoint_url": self.endpoint_url, "key": KEY, "secret": SECRET, "region_name": REGION}
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def client(self) -> Any:
         """A boto3 S3 client on this server (made once: boto3 clients are slow to make)."""
@@ -193,93 +185,9 @@ class S3Server:
 
     def new_bucket(self, prefix: str = "ts") -> str:
         """Create a bucket no other test uses and return its name."""
-        name = f"{prefix}-{os.getpid()}-{next(self._buckets)}-{uuid.uuid4().hex[:8]}".lower()
+        name = self.bucket_name(prefix)
         self.client().create_bucket(Bucket=name)
         return name
-
-    def log(self) -> str:
-        try:
-            with open(self._log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-4000:]
-        except OSError:
-            return ""
-
-    # life cycle
-
-    def start(self) -> S3Server:
-        if self.running:
-            raise RuntimeError("the S3 server is already running")
-        command = [sys.executable, os.path.abspath(__file__), "--port", str(self.port)]
-        if self._state is not None:
-            command += ["--state", self._state]
-        with open(self._log_path, "ab") as log:
-            self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
-        try:
-            self.port = self._read_port()
-            self._wait_until_answering()
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def _read_port(self) -> int:
-        assert self._process is not None and self._process.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        line = b""
-        while not line.endswith(b"\n"):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._process.poll() is not None:
-                raise RuntimeError(f"the S3 server did not start:\n{self.log()}")
-            ready, _, _ = select.select([self._process.stdout], [], [], remaining)
-            if ready:
-                chunk = os.read(self._process.stdout.fileno(), 1)
-                if not chunk:
-                    raise RuntimeError(f"the S3 server exited at start:\n{self.log()}")
-                line += chunk
-        word, port = line.decode().split()
-        assert word == "listening", line
-        return int(port)
-
-    def _wait_until_answering(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                self.client().list_buckets()
-                return
-            except Exception:
-                if time.monotonic() > deadline or not self.running:
-                    raise
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL the server (an endpoint gone at once, mid-request or not) and reap it."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
-        for pipe in (process.stdin, process.stdout):
-            if pipe is not None:
-                pipe.close()
-
-    def restart(self) -> None:
-        """Kill the server and start it again on the same port."""
-        self.kill()
-        self.start()
-
-    def close(self) -> None:
-        self.kill()
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class Bucket:

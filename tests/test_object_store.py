@@ -25,6 +25,7 @@ from _helpers import (
     OBJECT_KEY,
     assert_memory_is_object,
     conflicts,
+    fill,
     requests,
     same,
     stored,
@@ -51,21 +52,6 @@ KEY = OBJECT_KEY  # where every bucket keeps its test object
 
 def open_at(bucket: Any, key: str = KEY, **options: Any) -> StatusStore:
     return StatusStore(bucket.url(key), storage_options=bucket.storage_options, **options)  # type: ignore[call-arg]
-
-
-def fill(store: StatusStore) -> None:
-    """The same changes, on any store: categories, a NaN, infinities, a delete, nesting."""
-    store.set("wall_height", "lesson_num", 3)
-    store.set("SoccerTwos?team=0", "elo", 1234.5)
-    store.set("Walker", "checkpoints", [{"steps": 500_000, "reward": math.nan, "file_path": "Walker-500000.onnx"}])
-    store.set("Walker", "final_checkpoint", None)
-    store.set("extremes", "inf", [math.inf, -math.inf, 2**64 - 1, -(2**63)])
-    store.set("extremes", "unicode", "größe ✓")
-    store.set("gone", "soon", 1)
-    assert store.delete("gone", "soon") is True
-    with store.transaction():
-        store.set("wall_height", "lesson_num", 4)
-        store.set("Walker", "lesson", {"nested": {"deep": [1, 2.5, "x", True]}})
 
 
 DAMAGED = {

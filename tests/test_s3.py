@@ -9,7 +9,6 @@ collection error, never a quiet skip.
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -55,21 +54,6 @@ def boto_client_of(store: StatusStore) -> Any:
 def before_each_put(store: StatusStore, action: Callable[[], None]) -> None:
     """Run ``action`` just before every PutObject ``store`` sends: a rival that always wins the race."""
     boto_client_of(store).meta.events.register("before-call.s3.PutObject", lambda **_: action())
-
-
-def fill(store: StatusStore) -> None:
-    """The same changes, on any store: categories, a NaN, infinities, a delete, nesting."""
-    store.set("wall_height", "lesson_num", 3)
-    store.set("SoccerTwos?team=0", "elo", 1234.5)
-    store.set("Walker", "checkpoints", [{"steps": 500_000, "reward": math.nan, "file_path": "Walker-500000.onnx"}])
-    store.set("Walker", "final_checkpoint", None)
-    store.set("extremes", "inf", [math.inf, -math.inf, 2**64 - 1, -(2**63)])
-    store.set("extremes", "unicode", "größe ✓")
-    store.set("gone", "soon", 1)
-    assert store.delete("gone", "soon") is True
-    with store.transaction():
-        store.set("wall_height", "lesson_num", 4)
-        store.set("Walker", "lesson", {"nested": {"deep": [1, 2.5, "x", True]}})
 
 
 # -- round trip --------------------------------------------------------------------------------------
