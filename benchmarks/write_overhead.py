@@ -17,6 +17,9 @@ block) this measures p50 and p99 latency of:
                  tell a None from a NaN (orjson writes both as null)
   set nd         StatusStore.set with durable=False
   tx100          a transaction() of 100 sets (durable), one write at the end
+  bare locked    the bare locked rewrite of a durable=False write: flock on a lock file kept open,
+                 orjson, temp file, write, close, rename, unlock (no fsync): what set nd cannot
+                 go below without giving up atomicity or the lock
   mlagents       ML-Agents' save: json.dump(state, f, indent=4) into the opened target file
                  (neither atomic nor durable): what users have today
   sqlite         SQLite, WAL mode, synchronous=FULL, one upsert per set (one commit each):
@@ -50,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import fcntl
 import json
 import os
 import pstats
@@ -96,6 +100,7 @@ METHODS = {
     "set_nd_small": "set, durable=False (small key)",
     "set_nd_big": "set, durable=False (big value)",
     "tx100": "transaction of 100 sets (small key), durable",
+    "bare_locked": "bare locked rewrite: flock, orjson, temp, write, close, rename, unlock",
     "mlagents": "ML-Agents save: json.dump(indent=4)",
     "sqlite_small": "SQLite WAL FULL upsert (small key)",
     "sqlite_big": "SQLite WAL FULL upsert (big value)",
@@ -135,6 +140,25 @@ def floor_write(path: str, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def bare_locked_write(path: str, lock_fd: int, document: dict[str, Any]) -> None:
+    """The bare locked rewrite: what a durable=False set must do at least (no fsync)."""
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    try:
+        data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+        directory, name = os.path.split(path)
+        temp = os.path.join(directory, f".{name}.tmp")
+        fd = os.open(temp, _OPEN_TEMP, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    finally:
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
 
 
 def read_file(path: str) -> bytes:
@@ -189,6 +213,11 @@ class Bench:
         floor_write(self.open_path, on_disk)
         self.big_bytes = reference._lookup(*shape.big).raw  # what get decodes
         self.big_loads = json.loads if self.nan_bytes is not None else orjson.loads
+        if "bare_locked" in methods:
+            self.bare_path = os.path.join(directory, "bare_locked.json")
+            self.bare_lock_fd = os.open(self.bare_path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            self.cleanup.append(lambda: os.close(self.bare_lock_fd))
+            self.bare_document = json.loads(on_disk)
         if "mlagents" in methods:
             self.mlagents_path = os.path.join(directory, "mlagents.json")
             self.mlagents_document = json.loads(on_disk)
@@ -263,6 +292,10 @@ class Bench:
                 for j in range(100):
                     tx_store.set(*SMALL, 100 * i + j)
 
+        def bare_locked(i: int) -> None:
+            self.bare_document["wall_height"]["lesson_num"] = i
+            bare_locked_write(self.bare_path, self.bare_lock_fd, self.bare_document)
+
         def mlagents(i: int) -> None:
             self.mlagents_document["wall_height"]["lesson_num"] = i
             with open(self.mlagents_path, "w") as f:
@@ -293,7 +326,7 @@ class Bench:
             return self.big_loads(self.big_bytes)
 
         table: dict[str, Callable[[int], Any]] = {f.__name__: f for f in (floor, floor_bytes, set_small, set_h0_small, set_big, set_none, set_nd_small, set_nd_big, tx100,
-                                         mlagents, sqlite_small, sqlite_big, open_store, json_loads, orjson_loads, get_small,
+                                         bare_locked, mlagents, sqlite_small, sqlite_big, open_store, json_loads, orjson_loads, get_small,
                                          get_big, decode_big)}
         table["open"] = table.pop("open_store")
         wanted = [name for name in self.wanted if not (name == "orjson_loads" and self.nan_bytes is not None)]
@@ -547,6 +580,11 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             if size == "1KB":
                 add("durable=False set / ML-Agents save", shape, size, ratio(results, size, "set_nd_small", "mlagents"),
                     0.6, True, "set_nd_small p50 / mlagents p50")
+                # Issue 23: against what any locked atomic rewrite must do, in wall clock and CPU.
+                for figure, what in (("p50_us", "p50"), ("cpu_p50_us", "CPU")):
+                    add(f"durable=False set / bare locked rewrite ({what})", shape, size,
+                        ratio(results, size, "set_nd_small", "bare_locked", figure), 1.2, True,
+                        f"set_nd_small / bare_locked, {what} medians")
             add("durable set, history=20 / history=0", shape, size, ratio(results, size, "set_small", "set_h0_small"),
                 1.1, True, "set_small p50 / set_h0_small p50 (what keeping the replaced version costs)")
             add("100-set transaction / one set", shape, size, ratio(results, size, "tx100", "set_small"), 1.3, True,
@@ -670,7 +708,7 @@ def plot(report: dict[str, Any], path: str) -> list[str] | None:
         for ax, kind in zip(axes, ("writes", "reads")):
             # A method keeps its colour in every shape's figure.
             kind_methods = [m for m in METHODS if (m in READS) == (kind == "reads") and m not in FLOORS]
-            colors = dict(zip(kind_methods, plt.get_cmap("tab10").colors))
+            colors = dict(zip(kind_methods, plt.get_cmap("tab20").colors))  # 11 write methods
             for method in METHODS:
                 if (method in READS) != (kind == "reads") or method not in results[sizes[0]]:
                     continue

@@ -72,7 +72,7 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
     assert_machine(report["machine"])
     methods = report["methods"]
     assert list(methods) == ["floor", "floor_bytes", "set_small", "set_h0_small", "set_big", "set_none", "set_nd_small", "set_nd_big",
-                             "tx100", "mlagents", "sqlite_small", "sqlite_big", "open", "json_loads", "orjson_loads",
+                             "tx100", "bare_locked", "mlagents", "sqlite_small", "sqlite_big", "open", "json_loads", "orjson_loads",
                              "get_small", "get_big", "decode_big"]
     assert report["small_key"] == "wall_height/lesson_num"
     assert list(report["shapes"]) == list(report["results"]) == ["list"]  # the default --shape
@@ -94,7 +94,9 @@ def test_write_overhead_quick(tmp_path: Path) -> None:
 
     names = {(t["target"], t["shape"], t["size"]) for t in report["targets"]}
     for name, size in (("durable set / floor (small)", "1KB"), ("durable set / floor (big)", "32KB"),
-                       ("durable=False set / ML-Agents save", "1KB"), ("100-set transaction / one set", "32KB"),
+                       ("durable=False set / ML-Agents save", "1KB"),
+                       ("durable=False set / bare locked rewrite (p50)", "1KB"),
+                       ("durable=False set / bare locked rewrite (CPU)", "1KB"), ("100-set transaction / one set", "32KB"),
                        ("durable set, history=20 / history=0", "1KB"), ("open / json.loads", "1KB"),
                        ("open / orjson.loads", "32KB"), ("get / loads of its bytes", "32KB")):
         assert (name, "list", size) in names, name
