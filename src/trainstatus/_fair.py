@@ -10,8 +10,7 @@ each ``(pid, check, arrival)`` in 16 bytes written with one ``pwrite`` (the lock
 content; ``flock`` does not look at it). A process that takes the lock at its first try and
 finds a waiter signed in lets the lock go at once and signs in behind (the list is read only when
 the lock file shows a change since it was last read empty: ``_locking``, issue 23). Only the oldest
-waiter tries, and waits in ``flock`` itself
-(see ``_locking``). The one that gets the lock signs out.
+waiter tries, and waits in ``flock`` itself (see ``_locking``). The one that gets the lock signs out.
 
 The others wait without polling, each in the kernel behind the waiter directly ahead of it (Linux,
 on a local filesystem): a waiter in slot ``s`` holds an open-file-description byte-range lock on
@@ -24,7 +23,8 @@ next in line looks at the list every 0.1 ms and the others less often, as it did
 
 Nothing here can stop the lock from being taken; it only decides who tries. A waiter killed while
 signed in would hold the others back, so a slot counts only while its process exists on this
-machine and for ``_STALE_NS`` at most, and no process defers for longer than ``_DEFER_AT_MOST`` s in
+machine (a slot whose byte is held lives: the kernel lets go of a dead one's) and for
+``_STALE_NS`` at most, and no process defers for longer than ``_DEFER_AT_MOST`` s in
 one acquire: a slot of a process that died, or of another machine (an NFS-mounted folder), costs
 the others that much once, never a hang. A torn read (a slot half written) fails its check and is
 skipped. ``filelock.FileLock`` users of the same lock file truncate it, which signs everyone out:
