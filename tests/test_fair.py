@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -339,3 +340,179 @@ def test_a_lone_writer_never_reads_the_list(tmp_path: Path, monkeypatch: pytest.
     store.set("a", "b", 11)
     assert len(reads) >= 2  # the list changed: read again, the waiter seen
     store.close()
+
+
+# -- the hand-off: a waiter behind another sleeps in the kernel on the byte the one ahead holds ----
+# (Linux, local filesystem; /proc/locks shows who is blocked on what, so no timing decides these.)
+
+_HANDOFF_WAITER = r"""
+import sys, time
+from trainstatus import StatusStore, TrainingStatusLockTimeout, _fair
+_fair._DEFER_AT_MOST = 600.0
+_fair._STALE_NS = 600 * 10**9
+store = StatusStore(sys.argv[1], durable=False, lock_timeout=float(sys.argv[2]))
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\n"
+started = time.monotonic()
+try:
+    store.set("turns", sys.argv[3], 1)
+except TrainingStatusLockTimeout:
+    print(f"timeout {time.monotonic() - started:.3f}", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted {time.monotonic() - started:.3f}", flush=True)
+else:
+    print("wrote", flush=True)
+store.close()
+"""
+
+handoff = pytest.mark.skipif(not _fair._HANDOFF, reason="the hand-off needs Linux's open file description locks")
+
+
+def _until(condition: Any, what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.002)
+
+
+def _waiter(path: Path, name: str, lock_timeout: float = 60.0) -> subprocess.Popen[str]:
+    """A ``_HANDOFF_WAITER`` let go, once it is seen signed in."""
+    waiter = subprocess.Popen([sys.executable, "-c", _HANDOFF_WAITER, str(path), str(lock_timeout), name],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert waiter.stdout is not None and waiter.stdin is not None
+    assert waiter.stdout.readline() == "ready\n"
+    waiter.stdin.write("go\n")
+    waiter.stdin.flush()
+    lock_file = Path(str(path) + ".lock")
+    _until(lambda: waiter.pid in _signed_in(lock_file) or waiter.poll() is not None, f"{name} never signed in")
+    return waiter
+
+
+def _blocked(lock_file: Path) -> list[str]:
+    """The lock requests blocked on ``lock_file``: 'FLOCK <pid>' or 'OFDLCK <byte>' (/proc/locks)."""
+    st = os.stat(lock_file)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    blocked = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and fields[1] == "->" and fields[6] == inode:
+            blocked.append(f"{fields[2]} {fields[5] if fields[2] == 'FLOCK' else fields[7]}")
+    return blocked
+
+
+def _switches(pid: int) -> int:
+    """Context switches of every thread of ``pid`` so far: a thread that wakes to look adds one."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if "ctxt_switches:" in line:  # voluntary and nonvoluntary
+                total += int(line.split()[1])
+    return total
+
+
+@contextlib.contextmanager
+def _flock_held(lock_file: Path) -> Iterator[None]:
+    import fcntl
+
+    held = os.open(lock_file, os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(held)
+
+
+def _prepared(tmp_path: Path) -> tuple[Path, Path]:
+    path = tmp_path / "status.json"
+    with StatusStore(path, durable=False) as store:
+        store.set("turns", "start", 0)
+    lock_file = Path(str(path) + ".lock")
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        if not _fair._on_local_filesystem(fd):
+            pytest.skip("the hand-off is for local filesystems (flock may be made of byte locks elsewhere)")
+    finally:
+        os.close(fd)
+    return path, lock_file
+
+
+def _finish(waiters: list[subprocess.Popen[str]]) -> list[str]:
+    return [w.communicate(timeout=60)[0].strip() for w in waiters]
+
+
+@handoff
+def test_a_waiter_behind_another_sleeps_in_the_kernel_until_that_one_goes(tmp_path: Path) -> None:
+    """Three waiters while the lock is held: the first blocks in flock, the second on the first's
+    byte, the third on the second's, and the third does not wake at all (it used to look at the
+    list every millisecond). Let go, each takes its turn."""
+    path, lock_file = _prepared(tmp_path)
+    waiters: list[subprocess.Popen[str]] = []
+    try:
+        with _flock_held(lock_file):
+            for name, behind in (("first", 0), ("second", 1), ("third", 2)):
+                waiters.append(_waiter(path, name))
+                _until(lambda: sum(b.startswith("OFDLCK") for b in _blocked(lock_file)) == behind,
+                       f"{name} is not blocked behind the one ahead: {_blocked(lock_file)}")
+            assert f"FLOCK {waiters[0].pid}" in _blocked(lock_file)
+            third = waiters[2].pid
+            before = _switches(third)
+            time.sleep(0.3)
+            assert _switches(third) - before <= 1, "the third waiter woke up while nobody ahead of it moved"
+            states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                      for task in Path(f"/proc/{third}/task").iterdir()]
+            assert set(states) == {"S"}, states
+    finally:
+        outputs = _finish(waiters)
+    assert outputs == ["wrote", "wrote", "wrote"]
+    assert _signed_in(lock_file) == set()
+
+
+@handoff
+def test_a_waiter_whose_one_ahead_is_killed_goes_on_at_once(tmp_path: Path) -> None:
+    """With the defer and stale limits lifted, only the kernel's letting go of the killed
+    process's byte can wake the one behind it: it must then be the first in line, in flock."""
+    path, lock_file = _prepared(tmp_path)
+    waiters: list[subprocess.Popen[str]] = []
+    try:
+        with _flock_held(lock_file):
+            waiters.append(_waiter(path, "first"))
+            waiters.append(_waiter(path, "second"))
+            _until(lambda: f"FLOCK {waiters[0].pid}" in _blocked(lock_file)
+                   and sum(b.startswith("OFDLCK") for b in _blocked(lock_file)) == 1,
+                   f"the second is not blocked behind the first: {_blocked(lock_file)}")
+            waiters[0].kill()
+            waiters[0].wait(10)
+            _until(lambda: _blocked(lock_file) == [f"FLOCK {waiters[1].pid}"],
+                   f"the second did not go on: {_blocked(lock_file)}", seconds=10)
+    finally:
+        outputs = _finish(waiters)
+    assert outputs == ["", "wrote"]
+    assert StatusStore(path).get("turns", "second") == 1
+
+
+@handoff
+def test_lock_timeout_and_ctrl_c_end_a_wait_behind_another(tmp_path: Path) -> None:
+    path, lock_file = _prepared(tmp_path)
+    waiters: list[subprocess.Popen[str]] = []
+    try:
+        with _flock_held(lock_file):
+            waiters.append(_waiter(path, "first"))
+            _until(lambda: f"FLOCK {waiters[0].pid}" in _blocked(lock_file), "the first is not in flock")
+            timing_out = _waiter(path, "timing_out", lock_timeout=1.5)
+            _until(lambda: any(b.startswith("OFDLCK") for b in _blocked(lock_file)),
+                   "the waiter with a lock_timeout is not blocked behind the first", seconds=1.5)
+            output = timing_out.communicate(timeout=30)[0].split()
+            assert output[0] == "timeout" and float(output[1]) < 1.5 + 1.0, output
+            interrupted = _waiter(path, "interrupted")
+            waiters.append(interrupted)
+            _until(lambda: any(b.startswith("OFDLCK") for b in _blocked(lock_file)),
+                   "the waiter to interrupt is not blocked behind the first")
+            interrupted.send_signal(signal.SIGINT)
+            output = interrupted.communicate(timeout=30)[0].split()
+            assert output[0] == "interrupted", output
+            # Both signed out, and left nothing blocked behind the first.
+            assert _signed_in(lock_file) == {waiters[0].pid}
+            _until(lambda: _blocked(lock_file) == [f"FLOCK {waiters[0].pid}"], f"left behind: {_blocked(lock_file)}")
+    finally:
+        outputs = _finish(waiters)
+    assert outputs[0] == "wrote"

@@ -165,6 +165,37 @@ class _KernelWait:
                 self._drop()
 
 
+class _TurnWait:
+    """A wait on a thread for the waiter ahead to let go of its byte (``_fair``'s hand-off).
+
+    The thread takes the byte's lock on a descriptor of its own (its own open file description:
+    a lock of this process's shared one would merge with its own slot's) and lets go of it at
+    once: only the wake-up is wanted. ``woken(timeout)`` waits for that; nobody waiting, the
+    thread ends by itself once the byte is let go.
+    """
+
+    def __init__(self, path: str, slot: int) -> None:
+        self.slot = slot
+        self.failed = False  # the byte lock itself failed: the caller looks at the list instead
+        self._fd = os.open(path, _OPEN_FLAGS, 0o666)
+        self._done = threading.Lock()
+        self._done.acquire()
+        threading.Thread(target=self._block, name="trainstatus-turn-wait", daemon=True).start()
+
+    def _block(self) -> None:
+        try:
+            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLKW, _fair.lock_request(fcntl.F_WRLCK, self.slot))
+            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _fair.lock_request(fcntl.F_UNLCK, self.slot))
+        except OSError:
+            self.failed = True
+        finally:
+            os.close(self._fd)
+            self._done.release()
+
+    def woken(self, timeout: float) -> bool:
+        return _interrupts.acquire(self._done, timeout)
+
+
 class _HeldDescriptor:
     """filelock's native lock on a descriptor of the lock file that stays open between holds.
 
@@ -185,6 +216,7 @@ class _HeldDescriptor:
         self._held: list[Descriptor] = []
         self._opened_by: Any = None  # the os module that opened it
         self._kernel_wait: _KernelWait | None = None  # a blocked flock of the acquire in progress
+        self._turn_wait: _TurnWait | None = None  # a wait behind the next in line, not yet woken
         self._locked: os.stat_result | None = None  # the lock file as try_lock last locked it
         # (inode, size, mtime) of the lock file when its waiting list was last read and empty,
         # long enough after its last change that any later one has another mtime: while the file
@@ -231,7 +263,7 @@ class _HeldDescriptor:
         self._open()
         if not isinstance(self._opened_by, types.ModuleType):
             return None  # pyfakefs' os: its descriptors are not real ones
-        return _fair.Registry(self._current_fd, self._opened_by)
+        return _fair.Registry(self._current_fd, self._opened_by, handoff=True)
 
     def _current_fd(self) -> int | None:
         return self._held[0][0] if self._held and self._opened_by is os else None
@@ -255,6 +287,8 @@ class _HeldDescriptor:
             try:
                 registry.sign_in()
             except OSError:
+                with contextlib.suppress(OSError):
+                    registry.sign_out()  # lets go of a byte it may have locked
                 registry = None
         try:
             self._wait(deadline, registry)
@@ -285,6 +319,7 @@ class _HeldDescriptor:
 
     def _wait(self, deadline: float | None, registry: _fair.Registry | None) -> None:
         wait = _FIRST_WAIT
+        handoff = True  # until a wait behind the next in line fails: then polling, as before
         while True:
             try:
                 ahead = 0 if registry is None else registry.ahead()
@@ -298,12 +333,19 @@ class _HeldDescriptor:
                     # instead of polling (a sleep of 0.1 ms takes 0.2: a fifth of a write).
                     if self._wait_in_kernel(deadline, _IN_KERNEL_FOR):
                         return
+            elif handoff and registry is not None and registry.next_in_line is not None:
+                # Behind a waiter that holds its byte: sleep in the kernel until it signs out or
+                # dies, then look again.
+                woken = self._wait_for_turn(deadline, registry.next_in_line, registry.deferring_for())
+                if woken:
+                    continue
+                handoff = woken is not None
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise filelock.Timeout(self.path)
-            # The others only look at the list: the next in line often, to be in flock before
-            # the turn comes; the rest less often.
+            # Without the hand-off the others only look at the list: the next in line often, to
+            # be in flock before the turn comes; the rest less often.
             pause = _NEXT_POLL if ahead == 1 else wait
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
@@ -344,7 +386,25 @@ class _HeldDescriptor:
         self.close()
         return False
 
+    def _wait_for_turn(self, deadline: float | None, slot: int, longest: float) -> bool | None:
+        """Wait, within ``deadline`` and ``longest`` s, for the waiter at ``slot`` to let go of its
+        byte: True once it did, False when time is up, None if the wait failed."""
+        timeout = longest if deadline is None else min(longest, deadline - time.monotonic())
+        if timeout <= 0:
+            return False
+        if self._turn_wait is None or self._turn_wait.slot != slot:
+            try:
+                self._turn_wait = _TurnWait(self.path, slot)  # one behind another byte ends by itself
+            except (OSError, RuntimeError):  # cannot open the file, or start a thread
+                self._turn_wait = None
+                return None
+        if not self._turn_wait.woken(timeout):
+            return False
+        failed, self._turn_wait = self._turn_wait.failed, None
+        return None if failed else True
+
     def _cancel_kernel_wait(self) -> None:
+        self._turn_wait = None  # its thread ends once the byte is let go
         pending, self._kernel_wait = self._kernel_wait, None
         if pending is not None:
             pending.cancel()
