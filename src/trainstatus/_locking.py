@@ -180,7 +180,11 @@ class _TurnWait:
         self._fd = os.open(path, _OPEN_FLAGS, 0o666)
         self._done = threading.Lock()
         self._done.acquire()
-        threading.Thread(target=self._block, name="trainstatus-turn-wait", daemon=True).start()
+        try:
+            threading.Thread(target=self._block, name="trainstatus-turn-wait", daemon=True).start()
+        except BaseException:  # no thread to close it
+            os.close(self._fd)
+            raise
 
     def _block(self) -> None:
         try:
