@@ -122,8 +122,8 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # -- the methods ---------------------------------------------------------------------------------
 
 
-def floor_write(path: str, data: bytes) -> None:
-    """The bare durable protocol, nothing else."""
+def replace_with(path: str, data: bytes, *, durable: bool) -> None:
+    """Temp file, write (and fsync if ``durable``), rename; then the directory fsync if durable."""
     directory, name = os.path.split(path)
     temp = os.path.join(directory, f".{name}.tmp")
     fd = os.open(temp, _OPEN_TEMP, 0o600)
@@ -131,32 +131,29 @@ def floor_write(path: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temp, path)
-    dir_fd = os.open(directory, _DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if durable:
+        dir_fd = os.open(directory, _DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def floor_write(path: str, data: bytes) -> None:
+    """The bare durable protocol, nothing else."""
+    replace_with(path, data, durable=True)
 
 
 def bare_locked_write(path: str, lock_fd: int, document: dict[str, Any]) -> None:
     """The bare locked rewrite: what a durable=False set must do at least (no fsync)."""
     fcntl.flock(lock_fd, fcntl.LOCK_EX)
     try:
-        data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
-        directory, name = os.path.split(path)
-        temp = os.path.join(directory, f".{name}.tmp")
-        fd = os.open(temp, _OPEN_TEMP, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
+        replace_with(path, orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n", durable=False)
     finally:
         fcntl.flock(lock_fd, fcntl.LOCK_UN)
 
