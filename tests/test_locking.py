@@ -304,9 +304,9 @@ def test_lock_timeout_none_waits_without_a_deadline(tmp_path: Path, monkeypatch:
     deadlines: list[float | None] = []
     real = _locking._HeldDescriptor.acquire
 
-    def recording(self: Any, deadline: float | None) -> None:
+    def recording(self: Any, deadline: float | None, *rest: Any) -> bool:
         deadlines.append(deadline)
-        real(self, deadline)
+        return real(self, deadline, *rest)
 
     monkeypatch.setattr(_locking._HeldDescriptor, "acquire", recording)
     store = StatusStore(tmp_path / "status.json", lock_timeout=None, durable=False)

@@ -70,12 +70,30 @@ _duplicates: set[int] = set()
 
 
 def byte_of(slot: int) -> int:
-    """The byte a waiter signed in at ``slot`` holds locked while it waits."""
+    """The byte a waiter signed in at ``slot`` holds locked while it waits: it lives."""
     return _SIZE + slot
 
 
+# Each sign-in also holds one of _TURNS bytes of its slot, picked by its arrival: the one behind
+# waits on that one. A waiter that read a record just before its process signed out and in again
+# at the same slot (a write takes a millisecond, then the next set signs in) would otherwise wait
+# on its new sign-in, which may be waiting on it: both slept until _DEFER_AT_MOST.
+_TURNS = 32
+_TURN_BYTES = _SIZE + _SLOTS  # bytes 1088 to 3135
+_sign_ins = 0  # this process's sign-ins: each starts looking for a free slot one further on
+
+
+def turn_byte(slot: int, arrival: int) -> int:
+    """The byte the one behind a waiter (``slot``, ``arrival``) waits on (see ``_TURNS``)."""
+    return _TURN_BYTES + slot * _TURNS + (arrival ^ (arrival >> 13)) % _TURNS
+
+
 def lock_request(kind: int, slot: int) -> bytes:
-    return _FLOCK.pack(kind, os.SEEK_SET, byte_of(slot), 1, 0)  # l_pid must be 0 for OFD locks
+    return byte_request(kind, byte_of(slot))
+
+
+def byte_request(kind: int, byte: int) -> bytes:
+    return _FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0)  # l_pid must be 0 for OFD locks
 
 
 def _on_local_filesystem(fd: int) -> bool:
@@ -134,7 +152,7 @@ class Registry:
         self._handoff = handoff and _HANDOFF
         self._mine: int | None = None
         self._pid = 0  # the process that made _mine (a forked child must not touch it)
-        self.next_in_line: int | None = None  # ahead(): the slot directly ahead, byte held
+        self.next_in_line: int | None = None  # ahead(): the turn byte of the one directly ahead
 
     @property
     def fd(self) -> int:
@@ -160,9 +178,10 @@ class Registry:
         return all((pid, check, arrival) == (0, 0, 0) or check == _check(pid, arrival)
                    for pid, check, arrival in _SLOT.iter_unpack(data))
 
-    def sign_in(self) -> None:
+    def sign_in(self, arrival: int | None = None) -> None:
+        global _sign_ins
         pid = os.getpid()
-        self._arrival = time.monotonic_ns()
+        self._arrival = time.monotonic_ns() if arrival is None else arrival
         self._since = time.monotonic()
         record = _SLOT.pack(pid, _check(pid, self._arrival), self._arrival)
         data = self._read()
@@ -170,7 +189,8 @@ class Registry:
             self._slot = None  # not a registry: wait without a place, as before
             return
         data = data.ljust(_SIZE, b"\0")
-        start = hash(pid) % _SLOTS
+        _sign_ins += 1
+        start = (hash(pid) + _sign_ins) % _SLOTS
         for i in range(_SLOTS):
             slot = (start + i) % _SLOTS
             if data[slot * _SLOT.size:(slot + 1) * _SLOT.size] == _FREE and self._hold_byte(slot):
@@ -195,6 +215,11 @@ class Registry:
                 self._mine, self._pid = os.dup(self.fd), os.getpid()
                 _duplicates.add(self._mine)
             fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, lock_request(fcntl.F_WRLCK, slot))
+            try:
+                fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, byte_request(fcntl.F_WRLCK, turn_byte(slot, self._arrival)))
+            except OSError:
+                fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, lock_request(fcntl.F_UNLCK, slot))
+                raise
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 return False
@@ -248,19 +273,48 @@ class Registry:
             if held or _alive(pid):
                 count += 1
                 if arrival > latest:
-                    latest, self.next_in_line = arrival, (slot if held else None)
+                    latest, self.next_in_line = arrival, (turn_byte(slot, arrival) if held else None)
         return count
 
+    @property
+    def slot(self) -> int | None:
+        """Where this process is signed in (None: nowhere)."""
+        return self._slot
+
+    @property
+    def arrival(self) -> int:
+        return self._arrival
+
+    def own_descriptor(self) -> int | None:
+        """The waiter's own open file description, holding its slot's byte (None: no hand-off)."""
+        return self._mine if self._handoff and self._slot is not None else None
+
+    def live_waiters(self) -> list[tuple[int, int, int]]:
+        """``(slot, pid, arrival)`` of each signed-in waiter that holds its byte, oldest first.
+
+        Asked by the process holding the lock (``_mailbox``): on its own descriptor, whose open
+        file description holds no byte, so a byte shown held is another waiter's.
+        """
+        if not _HANDOFF:
+            return []
+        data = self._read()
+        found = []
+        for slot, (pid, check, arrival) in enumerate(_SLOT.iter_unpack(data[: len(data) - len(data) % _SLOT.size])):
+            if pid == 0 or check != _check(pid, arrival):
+                continue
+            answer = fcntl.fcntl(self.fd, fcntl.F_OFD_GETLK, lock_request(fcntl.F_WRLCK, slot))
+            if _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK:
+                found.append((arrival, slot, pid))
+        return [(slot, pid, arrival) for arrival, slot, pid in sorted(found)]
+
     def sign_in_again(self) -> None:
+        """Sign in again, keeping the arrival (the record was truncated away or overwritten)."""
         arrival, since = self._arrival, self._since
         if self._mine is not None and self._slot is not None:
             fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, lock_request(fcntl.F_UNLCK, self._slot))
-        self.sign_in()
+            fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, byte_request(fcntl.F_UNLCK, turn_byte(self._slot, arrival)))
+        self.sign_in(arrival or None)
         self._since = since
-        if self._slot is not None and arrival:
-            self._arrival = arrival
-            pid = os.getpid()
-            self._os.pwrite(self.fd, _SLOT.pack(pid, _check(pid, arrival), arrival), self._slot * _SLOT.size)
 
     def sign_out(self) -> None:
         """Leave the list, then let go of the byte: the one behind, woken, finds the slot free."""

@@ -1,0 +1,292 @@
+"""Group commit across processes (``_mailbox``): a waiting process hands its set to the holder.
+
+Real processes on a real lock file. The holder here is this test's own store, holding its lock
+while the waiter, another process, signs in and posts; its next ``set`` carries the waiter's
+change. Each test says which promise it checks: a handed-over change is acknowledged only once
+it is in the file, a holder that fails or dies leaves the waiter to write its own change, a waiter
+that gives up takes back a change no holder took and waits for one that a holder took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _fair, _mailbox
+
+pytestmark = pytest.mark.skipif(not _fair._HANDOFF, reason="handing over needs Linux's open file description locks")
+
+_WAITER = r"""
+import sys, time
+from trainstatus import StatusStore, TrainingStatusLockTimeout, _fair
+_fair._DEFER_AT_MOST = 600.0
+_fair._STALE_NS = 600 * 10**9
+store = StatusStore(sys.argv[1], durable=sys.argv[4] == "durable", lock_timeout=float(sys.argv[2]),
+                    metadata={"run": sys.argv[5]} if sys.argv[5] else None)
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\n"
+try:
+    store.set("waiters", sys.argv[3], [1.5, float("nan")])
+except TrainingStatusLockTimeout:
+    print("timeout", flush=True)
+else:
+    print("set", store.get("waiters", sys.argv[3]), flush=True)
+store.close()
+"""
+
+
+def _until(condition: Any, what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.002)
+
+
+def _boxes(lock_file: Path) -> dict[int, int]:
+    """pid -> state of every box in the lock file that holds a request."""
+    found = {}
+    with open(lock_file, "rb") as f:
+        data = f.read()
+    for slot in range(_fair._SLOTS):
+        head = data[_mailbox.box_of(slot):_mailbox.box_of(slot) + _mailbox._HEAD.size]
+        if len(head) == _mailbox._HEAD.size:
+            magic, state, pid = struct.unpack_from("<III", head)
+            if magic == _mailbox._MAGIC:
+                found[pid] = state
+    return found
+
+
+def _waiter(path: Path, key: str, *, lock_timeout: float = 60.0, durable: bool = True,
+            metadata: str = "") -> subprocess.Popen[str]:
+    """A waiter process let go once its request is posted (the caller holds the lock)."""
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", _WAITER, str(path), str(lock_timeout), key, "durable" if durable else "fast", metadata],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert waiter.stdout is not None and waiter.stdin is not None
+    assert waiter.stdout.readline() == "ready\n"
+    waiter.stdin.write("go\n")
+    waiter.stdin.flush()
+    lock_file = Path(str(path) + ".lock")
+    _until(lambda: _boxes(lock_file).get(waiter.pid) == _mailbox.PENDING or waiter.poll() is not None,
+           "the waiter never posted its request")
+    return waiter
+
+
+@contextmanager
+def _holding(store: StatusStore) -> Iterator[Any]:
+    """Hold ``store``'s lock as a holder that found others waiting does (its writes collect)."""
+    with store._storage.lock(None):
+        file_lock = store._storage._path_lock._file_lock
+        yield file_lock
+
+
+def _prepared(tmp_path: Path, **options: Any) -> tuple[Path, Path, StatusStore]:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, **options)
+    store.set("holder", "start", 0)
+    lock_file = Path(str(path) + ".lock")
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        if not _fair._on_local_filesystem(fd):
+            pytest.skip("handing over is for local filesystems, as the hand-off of turns is")
+    finally:
+        os.close(fd)
+    return path, lock_file, store
+
+
+def _on_disk(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def test_the_holder_writes_a_waiting_process_set_and_acknowledges_it_after_the_write(tmp_path: Path) -> None:
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _waiter(path, "w1")
+        file_lock.contended = True
+        store.set("holder", "k", 1)
+        # Still holding the lock: only the holder can have written the waiter's change.
+        assert "\"w1\": [\n      1.5,\n      NaN\n    ]" in path.read_text()
+        assert _boxes(lock_file)[waiter.pid] == _mailbox.DONE
+        assert store.get("waiters", "w1") is not None  # the holder's memory follows its file
+    out, _ = waiter.communicate(timeout=60)
+    assert out.strip() == "set [1.5, nan]"
+    store.close()
+
+
+def test_without_contention_the_holder_reads_no_box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone writer pays nothing for handing over: no look at the waiting list or the boxes."""
+    path, _, store = _prepared(tmp_path)
+    looked: list[int] = []
+    real = _fair.Registry.live_waiters
+    monkeypatch.setattr(_fair.Registry, "live_waiters", lambda self: looked.append(1) or real(self))
+    for i in range(5):
+        store.set("holder", "k", i)
+    assert looked == []
+    store.close()
+
+
+def test_a_change_is_not_acknowledged_when_the_holder_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder took the request, then its write failed: the waiter writes its change itself."""
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _waiter(path, "w1")
+        file_lock.contended = True
+
+        def full(*args: Any, **kwargs: Any) -> Any:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(_atomic, "write_atomic", full)
+        with pytest.raises(TrainingStatusWriteError):
+            store.set("holder", "k", 1)
+        monkeypatch.undo()
+        assert _boxes(lock_file)[waiter.pid] == _mailbox.CLAIMED
+        assert "waiters" not in _on_disk(path)
+    out, _ = waiter.communicate(timeout=60)
+    assert out.strip() == "set [1.5, nan]"
+    assert "\"w1\": [\n      1.5,\n      NaN\n    ]" in path.read_text()
+    store.close()
+
+
+_DYING_HOLDER = r"""
+import os, signal, sys
+from trainstatus import StatusStore, _committing
+store = StatusStore(sys.argv[1])
+lock = None
+with store._storage.lock(None):
+    print("holding", flush=True)
+    assert sys.stdin.readline() == "go\n"
+    store._storage._path_lock._file_lock.contended = True
+    real = _committing._Committing._write
+    def dying(self):
+        if self._pending.get(("waiters", "w1")) is not None:
+            os.kill(os.getpid(), signal.SIGKILL)  # took the request, wrote nothing
+        real(self)
+    _committing._Committing._write = dying
+    store.set("holder", "k", 1)
+"""
+
+
+def test_a_holder_killed_after_taking_a_request_leaves_the_waiter_to_write_it(tmp_path: Path) -> None:
+    path, lock_file, store = _prepared(tmp_path)
+    store.close()
+    holder = subprocess.Popen([sys.executable, "-c", _DYING_HOLDER, str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == "holding\n"
+    waiter = _waiter(path, "w1")
+    holder.communicate("go\n", timeout=60)
+    assert holder.returncode == -signal.SIGKILL
+    out, _ = waiter.communicate(timeout=60)
+    assert out.strip() == "set [1.5, nan]"
+    document = path.read_text()
+    assert "\"w1\": [\n      1.5,\n      NaN\n    ]" in document
+    assert "\"k\"" not in document
+
+
+def test_a_waiter_that_times_out_takes_back_a_request_no_holder_took(tmp_path: Path) -> None:
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _waiter(path, "w1", lock_timeout=0.5)
+        out, _ = waiter.communicate(timeout=60)
+        assert out.strip() == "timeout"
+        assert _boxes(lock_file)[waiter.pid] == _mailbox.EMPTY
+        file_lock.contended = True
+        store.set("holder", "k", 1)  # must not write the change its process gave up on
+    assert "waiters" not in _on_disk(path)
+    store.close()
+
+
+def test_a_waiter_whose_request_was_taken_waits_for_the_outcome_past_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a holder took it, a change is written: its process does not raise a timeout then."""
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _waiter(path, "w1", lock_timeout=0.5)
+        file_lock.contended = True
+        real = _atomic.write_atomic
+
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(1.5)  # past the waiter's lock_timeout, the request already taken
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_atomic, "write_atomic", slow)
+        store.set("holder", "k", 1)
+        monkeypatch.undo()
+    out, _ = waiter.communicate(timeout=60)
+    assert out.strip() == "set [1.5, nan]"
+    assert "\"w1\"" in path.read_text()
+    store.close()
+
+
+@pytest.mark.parametrize(("holder", "waiter"), [
+    ({"durable": False}, {"durable": True}),  # a durable set only into a durable write
+    ({}, {"metadata": "other"}),  # a store with metadata of its own writes them itself
+])
+def test_the_holder_leaves_what_its_write_cannot_carry(tmp_path: Path, holder: dict[str, Any], waiter: dict[str, Any]) -> None:
+    path, lock_file, store = _prepared(tmp_path, **holder)
+    with _holding(store) as file_lock:
+        process = _waiter(path, "w1", **waiter)
+        file_lock.contended = True
+        store.set("holder", "k", 1)
+        assert _boxes(lock_file)[process.pid] == _mailbox.PENDING
+        assert "waiters" not in _on_disk(path)
+    out, _ = process.communicate(timeout=60)
+    assert out.strip() == "set [1.5, nan]"
+    text = path.read_text()
+    assert "\"w1\"" in text
+    if "metadata" in waiter:
+        assert "\"run\": \"other\"" in text
+    store.close()
+
+
+def test_a_torn_or_foreign_box_is_never_taken(tmp_path: Path) -> None:
+    """A box whose checksum fails (a torn write, or bytes another program put there) is left."""
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _waiter(path, "w1")
+        slot = next(s for s in range(_fair._SLOTS)
+                    if struct.unpack_from("<III", lock_file.read_bytes(), _mailbox.box_of(s))[2:3] == (waiter.pid,))
+        fd = os.open(lock_file, os.O_RDWR)
+        try:  # one byte of the payload changed
+            at = _mailbox.box_of(slot) + _mailbox._HEAD.size + 10
+            os.pwrite(fd, bytes([os.pread(fd, 1, at)[0] ^ 0xFF]), at)
+        finally:
+            os.close(fd)
+        file_lock.contended = True
+        store.set("holder", "k", 1)
+        assert "waiters" not in _on_disk(path)
+    out, _ = waiter.communicate(timeout=60)
+    assert out.strip() == "set [1.5, nan]"
+    store.close()
+
+
+_SETTER = r"""
+import sys
+from trainstatus import StatusStore
+store = StatusStore(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    store.set("counts", sys.argv[2], i)
+    assert store.get("counts", sys.argv[2]) == i
+store.close()
+print("done", flush=True)
+"""
+
+
+def test_many_processes_setting_at_once_lose_no_set(tmp_path: Path) -> None:
+    """Eight processes, each setting its own key 60 times: every last value is in the file."""
+    path, lock_file, store = _prepared(tmp_path)
+    store.close()
+    processes = [subprocess.Popen([sys.executable, "-c", _SETTER, str(path), f"p{i}", "60"],
+                                  stdout=subprocess.PIPE, text=True) for i in range(8)]
+    assert [p.communicate(timeout=60)[0].strip() for p in processes] == ["done"] * 8
+    assert json.loads(path.read_text())["counts"] == {f"p{i}": 59 for i in range(8)}
