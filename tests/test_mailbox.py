@@ -257,9 +257,10 @@ def test_a_torn_or_foreign_box_is_never_taken(tmp_path: Path) -> None:
         slot = next(s for s in range(_fair._SLOTS)
                     if struct.unpack_from("<III", lock_file.read_bytes(), _mailbox.box_of(s))[2:3] == (waiter.pid,))
         fd = os.open(lock_file, os.O_RDWR)
-        try:  # one byte of the payload changed
-            at = _mailbox.box_of(slot) + _mailbox._HEAD.size + 10
-            os.pwrite(fd, bytes([os.pread(fd, 1, at)[0] ^ 0xFF]), at)
+        try:  # one byte of the value's bytes, the payload's last, changed
+            length = _mailbox._HEAD.unpack(os.pread(fd, _mailbox._HEAD.size, _mailbox.box_of(slot)))[6]
+            at = _mailbox.box_of(slot) + _mailbox._HEAD.size + length - 1
+            os.pwrite(fd, b"}", at)
         finally:
             os.close(fd)
         file_lock.contended = True
