@@ -41,7 +41,7 @@ try:
 except TrainingStatusLockTimeout:
     print("timeout", flush=True)
 else:
-    print("set", store.get("waiters", sys.argv[3]), flush=True)
+    print("set", store.get("waiters", sys.argv[3]), store.get("holder", "k"), flush=True)
 store.close()
 """
 
@@ -120,7 +120,8 @@ def test_the_holder_writes_a_waiting_process_set_and_acknowledges_it_after_the_w
         assert _boxes(lock_file)[waiter.pid] == _mailbox.DONE
         assert store.get("waiters", "w1") is not None  # the holder's memory follows its file
     out, _ = waiter.communicate(timeout=60)
-    assert out.strip() == "set [1.5, nan]"
+    # Its memory is the file, as after a write of its own: the holder's set is seen too.
+    assert out.strip() == "set [1.5, nan] 1"
     store.close()
 
 
@@ -153,7 +154,7 @@ def test_a_change_is_not_acknowledged_when_the_holder_write_fails(tmp_path: Path
         assert _boxes(lock_file)[waiter.pid] == _mailbox.CLAIMED
         assert "waiters" not in _on_disk(path)
     out, _ = waiter.communicate(timeout=60)
-    assert out.strip() == "set [1.5, nan]"
+    assert out.strip() == "set [1.5, nan] None"
     assert "\"w1\": [\n      1.5,\n      NaN\n    ]" in path.read_text()
     store.close()
 
@@ -188,7 +189,7 @@ def test_a_holder_killed_after_taking_a_request_leaves_the_waiter_to_write_it(tm
     holder.communicate("go\n", timeout=60)
     assert holder.returncode == -signal.SIGKILL
     out, _ = waiter.communicate(timeout=60)
-    assert out.strip() == "set [1.5, nan]"
+    assert out.strip() == "set [1.5, nan] None"
     document = path.read_text()
     assert "\"w1\": [\n      1.5,\n      NaN\n    ]" in document
     assert "\"k\"" not in document
@@ -223,7 +224,7 @@ def test_a_waiter_whose_request_was_taken_waits_for_the_outcome_past_its_timeout
         store.set("holder", "k", 1)
         monkeypatch.undo()
     out, _ = waiter.communicate(timeout=60)
-    assert out.strip() == "set [1.5, nan]"
+    assert out.strip() == "set [1.5, nan] 1"
     assert "\"w1\"" in path.read_text()
     store.close()
 
@@ -241,7 +242,7 @@ def test_the_holder_leaves_what_its_write_cannot_carry(tmp_path: Path, holder: d
         assert _boxes(lock_file)[process.pid] == _mailbox.PENDING
         assert "waiters" not in _on_disk(path)
     out, _ = process.communicate(timeout=60)
-    assert out.strip() == "set [1.5, nan]"
+    assert out.strip() == "set [1.5, nan] 1"
     text = path.read_text()
     assert "\"w1\"" in text
     if "metadata" in waiter:
@@ -267,7 +268,7 @@ def test_a_torn_or_foreign_box_is_never_taken(tmp_path: Path) -> None:
         store.set("holder", "k", 1)
         assert "waiters" not in _on_disk(path)
     out, _ = waiter.communicate(timeout=60)
-    assert out.strip() == "set [1.5, nan]"
+    assert out.strip() == "set [1.5, nan] 1"
     store.close()
 
 

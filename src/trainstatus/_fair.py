@@ -295,8 +295,8 @@ class Registry:
         Asked by the process holding the lock (``_mailbox``): on its own descriptor, whose open
         file description holds no byte, so a byte shown held is another waiter's.
         """
-        if not _HANDOFF:
-            return []
+        if not _HANDOFF or not _on_local_filesystem(self.fd):
+            return []  # nobody posts there (see _hold_byte)
         data = self._read()
         found = []
         for slot, (pid, check, arrival) in enumerate(_SLOT.iter_unpack(data[: len(data) - len(data) % _SLOT.size])):

@@ -211,14 +211,18 @@ class _GroupCommit(_Committing):
         return bool(getattr(self._storage, "_durable", True))
 
     def _handed_over(self, batch: _Batch) -> None:
-        """Another process wrote ``batch``: memory takes it, as the file has it (guard held).
-
-        The file also holds that process's changes, unseen here: the next write reads it first,
-        as after any other process's write (the file's version is not the one last seen).
-        """
+        """Another process wrote ``batch``: memory becomes the file, as after a write of this
+        store's own, other writers' changes included (guard held; read without the lock, as
+        ``reload`` does: the file is only ever replaced whole)."""
         try:
             batch.written = True
-            self._doc = apply(self._doc, dict(batch.changes))
+            try:
+                self._load(initial=False, locked=False)
+                if self._vanished:  # removed since: memory keeps what it knew, with this batch
+                    self._doc = apply(self._doc, dict(batch.changes))
+            except Exception:  # noqa: BLE001 - the set is durable; memory takes it, the next write reads
+                self._doc = apply(self._doc, dict(batch.changes))
+                self._storage.forget()
         finally:
             with self._queue:
                 batch.done = True
