@@ -49,7 +49,7 @@ class _Offer(_mailbox.Offer):
         self.store = store
         self.batch = batch
 
-    def request(self) -> tuple[bytes, bool] | None:
+    def request(self) -> bytes | None:
         return self.store._hand_over(self.batch)
 
 
@@ -165,7 +165,7 @@ class _GroupCommit(_Committing):
         """Lay over ``_pending`` what waiting processes handed over that this write may carry."""
         if self._cleared or self._newer_format is not None:
             return []
-        handed = self._storage.collect(self._metadata_key())
+        handed = self._storage.collect(self._metadata_key)  # called only when others waited
         for request in handed:
             for key, entry in request.changes:
                 self._pending[key] = entry
@@ -190,7 +190,7 @@ class _GroupCommit(_Committing):
         if not batch.changes and self._open_batch is batch:
             self._open_batch = None
 
-    def _hand_over(self, batch: _Batch) -> tuple[bytes, bool] | None:
+    def _hand_over(self, batch: _Batch) -> bytes | None:
         """The payload handing ``batch`` to another process (``_Offer``); None: not to be handed."""
         if self._cleared or self._newer_format is not None or self._closed:
             return None  # a write only this store can make (or refuse)
@@ -199,16 +199,12 @@ class _GroupCommit(_Committing):
             if self._open_batch is batch:
                 self._open_batch = None
             changes = list(batch.changes)
-        payload = _mailbox.encode(changes, self._metadata_key())
-        return None if payload is None else (payload, self._storage_durable())
+        return _mailbox.encode(changes, self._metadata_key())
 
     def _metadata_key(self) -> bytes:
         """This store's own metadata as a holder compares it: it writes only a batch of its like."""
         return b"\0".join(name.encode("utf-8", "surrogatepass") + b"\0" + entry[0]
                           for name, entry in sorted(self._own_metadata.items()))
-
-    def _storage_durable(self) -> bool:
-        return bool(getattr(self._storage, "_durable", True))
 
     def _handed_over(self, batch: _Batch) -> None:
         """Another process wrote ``batch``: memory becomes the file, as after a write of this

@@ -349,12 +349,11 @@ class _HeldDescriptor:
         fd, slot = registry.own_descriptor(), registry.slot
         if fd is None or slot is None:
             return None  # no byte held: a holder could not tell that this waiter lives
-        request = offer.request()
-        if request is None:
+        payload = offer.request()
+        if payload is None:
             return None
-        payload, durable = request
         try:
-            return _mailbox.Box.post(fd, slot, registry.arrival, payload, durable=durable)
+            return _mailbox.Box.post(fd, slot, registry.arrival, payload, durable=offer.durable)
         except OSError:
             return None
 
@@ -388,7 +387,7 @@ class _HeldDescriptor:
         except OSError:
             return False
 
-    def collect(self, *, meta: bytes, durable: bool) -> list[_mailbox.Request]:
+    def collect(self, *, meta: Callable[[], bytes], durable: bool) -> list[_mailbox.Request]:
         """The changes waiting processes handed over that this write can carry (lock held)."""
         if not self.contended:
             return []
@@ -400,7 +399,7 @@ class _HeldDescriptor:
             waiters = registry.live_waiters()
         except OSError:
             return []
-        return _mailbox.collect(fd, waiters, meta=meta, durable=durable) if waiters else []
+        return _mailbox.collect(fd, waiters, meta=meta(), durable=durable) if waiters else []
 
     def acknowledge(self, requests: list[_mailbox.Request]) -> None:
         fd = self._current_fd()
@@ -602,7 +601,7 @@ class PathLock:
             raise
         return False
 
-    def collect(self, *, meta: bytes, durable: bool) -> list[_mailbox.Request]:
+    def collect(self, *, meta: Callable[[], bytes], durable: bool) -> list[_mailbox.Request]:
         """Changes other processes handed over that this hold's write can carry (see ``_mailbox``)."""
         if not self._flock_held or self._lease is not None:
             return []

@@ -143,13 +143,15 @@ class Box:
 
 
 class Offer:
-    """What a waiting writer may hand over: ``request()`` is ``(payload, durable)``, made when it
-    is about to be posted (None: nothing to hand over); ``unsure`` is set when the wait ended by
-    an exception after a holder took it (it may be in the file)."""
+    """What a waiting writer may hand over: ``request()`` is the payload, made when it is about to
+    be posted (None: nothing to hand over); ``durable``, set by the storage, whether its write
+    must be (a holder that does not sync leaves it); ``unsure`` is set when the wait ended by an
+    exception after a holder took it (it may be in the file)."""
 
     unsure = False
+    durable = True
 
-    def request(self) -> tuple[bytes, bool] | None:
+    def request(self) -> bytes | None:
         raise NotImplementedError
 
 

@@ -89,8 +89,9 @@ class Storage:
         ``offer``'s changes to it (``_mailbox``): True then, once they are durably written."""
         return _not_handed(self.lock(timeout, configured=configured))
 
-    def collect(self, meta: bytes) -> list[_mailbox.Request]:
-        """With the lock held: changes other processes handed over (``lock_or_hand_over``)."""
+    def collect(self, meta: Callable[[], bytes]) -> list[_mailbox.Request]:
+        """With the lock held: changes other processes handed over (``lock_or_hand_over``) by
+        stores whose own metadata are ``meta()``."""
         return []
 
     def acknowledge(self, requests: list[_mailbox.Request]) -> None:
@@ -514,6 +515,7 @@ class LocalFile(Storage):
 
     def lock_or_hand_over(self, timeout: float | None, offer: _mailbox.Offer, *,
                           configured: float | None = None) -> ContextManager[bool]:
+        offer.durable = self._durable
         return self._hold(self._lock(), timeout, configured, offer)
 
     def _lock(self) -> _locking.PathLock:
@@ -523,7 +525,7 @@ class LocalFile(Storage):
         self._ensure_directory()
         return self._path_lock
 
-    def collect(self, meta: bytes) -> list[_mailbox.Request]:
+    def collect(self, meta: Callable[[], bytes]) -> list[_mailbox.Request]:
         if self._path_lock is None or self._lock_generation != _locking.generation:
             return []
         return self._path_lock.collect(meta=meta, durable=self._durable)
