@@ -54,7 +54,12 @@ def _until(condition: Any, what: str, seconds: float = 30.0) -> None:
 
 
 def _boxes(lock_file: Path) -> dict[int, int]:
-    """pid -> state of every box in the lock file that holds a request."""
+    """pid -> state of every box in the lock file that holds a request (its last slot's)."""
+    return {pid: state for pid, state in _slots(lock_file).values()}
+
+
+def _slots(lock_file: Path) -> dict[int, tuple[int, int]]:
+    """slot -> (pid, state) of every box in the lock file that holds a request."""
     found = {}
     with open(lock_file, "rb") as f:
         data = f.read()
@@ -63,7 +68,7 @@ def _boxes(lock_file: Path) -> dict[int, int]:
         if len(head) == _mailbox._HEAD.size:
             magic, state, pid = struct.unpack_from("<III", head)
             if magic == _mailbox._MAGIC:
-                found[pid] = state
+                found[slot] = (pid, state)
     return found
 
 
@@ -292,3 +297,73 @@ def test_many_processes_setting_at_once_lose_no_set(tmp_path: Path) -> None:
                                   stdout=subprocess.PIPE, text=True) for i in range(8)]
     assert [p.communicate(timeout=60)[0].strip() for p in processes] == ["done"] * 8
     assert json.loads(path.read_text())["counts"] == {f"p{i}": 59 for i in range(8)}
+
+
+_INTERRUPTED_WAITER = r"""
+import sys
+from trainstatus import StatusStore, _fair
+_fair._DEFER_AT_MOST = 600.0
+_fair._STALE_NS = 600 * 10**9
+store = StatusStore(sys.argv[1])
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\n"
+try:
+    store.set("waiters", "w1", 1)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+store.set("waiters", "after", 2)  # reads the file first: whatever the holder wrote is seen
+print("then", store.get("waiters", "w1"), flush=True)
+store.close()
+"""
+
+
+def _interrupted_waiter(path: Path) -> subprocess.Popen[str]:
+    waiter = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_WAITER, str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert waiter.stdout is not None and waiter.stdin is not None
+    assert waiter.stdout.readline() == "ready\n"
+    waiter.stdin.write("go\n")
+    waiter.stdin.flush()
+    lock_file = Path(str(path) + ".lock")
+    _until(lambda: _boxes(lock_file).get(waiter.pid) == _mailbox.PENDING or waiter.poll() is not None,
+           "the waiter never posted its request")
+    return waiter
+
+
+def test_ctrl_c_before_a_holder_took_the_request_takes_it_back(tmp_path: Path) -> None:
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _interrupted_waiter(path)
+        slot = next(s for s, (pid, state) in _slots(lock_file).items() if pid == waiter.pid)
+        waiter.send_signal(signal.SIGINT)
+        _until(lambda: _slots(lock_file)[slot][1] == _mailbox.EMPTY, "the request was not taken back")
+        file_lock.contended = True
+        store.set("holder", "k", 1)  # may carry the waiter's next set, never the one taken back
+        assert "w1" not in _on_disk(path).get("waiters", {})
+    out, _ = waiter.communicate(timeout=60)
+    assert out.split("\n")[:2] == ["interrupted", "then None"]
+    store.close()
+
+
+def test_ctrl_c_after_a_holder_took_the_request_leaves_memory_to_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interrupted while the holder writes its change: the set raises, the change lands, and the
+    waiter's store reads the file at its next write rather than trust memory."""
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _interrupted_waiter(path)
+        file_lock.contended = True
+        real = _atomic.write_atomic
+
+        def interrupting(*args: Any, **kwargs: Any) -> Any:
+            assert _boxes(lock_file)[waiter.pid] == _mailbox.CLAIMED
+            waiter.send_signal(signal.SIGINT)
+            time.sleep(0.5)  # the waiter raises while this write carries its change
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_atomic, "write_atomic", interrupting)
+        store.set("holder", "k", 1)
+        monkeypatch.undo()
+        assert "\"w1\": 1" in path.read_text()
+    out, _ = waiter.communicate(timeout=60)
+    assert out.split("\n")[:2] == ["interrupted", "then 1"]
+    store.close()

@@ -143,17 +143,13 @@ class _GroupCommit(_Committing):
                     self._handed_over(batch)
                 else:
                     self._write_batch(batch)
-        except BaseException as exc:
-            if offer.unsure:
-                # Interrupted after another process took the batch: it may be in the file.
-                self._storage.forget()
-                with self._queue:
-                    batch.error, batch.done = exc, True
-                    self._writing = False
-                    self._wake_all()
-            elif not batch.written:
-                # Failed before writing (a timeout, a closed store): take our change back and let
-                # a waiting thread try, within its own lock_timeout.
+        except BaseException:
+            if not batch.written:
+                # Failed before writing (a timeout, a closed store, Ctrl-C while waiting): take our
+                # change back and let a waiting thread try, within its own lock_timeout. A batch
+                # handed to another process may be in the file all the same: the other threads'
+                # changes are then written twice, the same values (the next write reads the file
+                # first, as after any other process's write).
                 with self._queue:
                     batch.taken = False
                     self._withdraw(batch, change)

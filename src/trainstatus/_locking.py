@@ -124,6 +124,11 @@ class _KernelWait:
         self._guard = threading.Lock()
         self._locked = False
         self._cancelled = False
+        # The thread's flock returned, and ``take`` has not taken its outcome: ``cancel`` drops
+        # it. Not ``_done``'s state: a Ctrl-C can land just after ``take``'s wait acquired
+        # ``_done`` and before it took the descriptor, which then stayed locked, unreachable,
+        # holding off every writer of the file (this process's own next write included).
+        self._returned = False
         self.failed = False  # flock itself failed: the caller polls instead
         threading.Thread(target=self._block, name="trainstatus-lock-wait", daemon=True).start()
 
@@ -138,6 +143,7 @@ class _KernelWait:
             if self._cancelled:
                 self._drop()
                 return
+            self._returned = True
         self._done.release()
 
     def _drop(self) -> None:  # with _guard held, once the thread's flock returned
@@ -150,6 +156,7 @@ class _KernelWait:
         if not _interrupts.acquire(self._done, timeout):
             return None
         with self._guard:
+            self._returned = False  # taken: the caller's now
             if self._locked:
                 return self._fd
             os.close(self._fd)  # flock failed: the caller polls instead
@@ -161,7 +168,8 @@ class _KernelWait:
             if self._cancelled:
                 return
             self._cancelled = True
-            if self._done.acquire(blocking=False):  # returned, and nobody took it
+            if self._returned:  # returned, and nobody took it
+                self._returned = False
                 self._drop()
 
 
@@ -335,13 +343,8 @@ class _HeldDescriptor:
         except BaseException:
             if box is not None:
                 # Interrupted: a request no holder took is taken back; one taken may be written.
-                try:
-                    state = box.withdraw()
-                except OSError:
-                    state = _mailbox.CLAIMED
-                if state in (_mailbox.CLAIMED, _mailbox.DONE):
-                    assert offer is not None
-                    offer.unsure = True
+                with contextlib.suppress(OSError):
+                    box.withdraw()
             raise
 
     def _post(self, registry: _fair.Registry, offer: _mailbox.Offer) -> _mailbox.Box | None:

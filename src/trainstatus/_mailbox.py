@@ -145,10 +145,8 @@ class Box:
 class Offer:
     """What a waiting writer may hand over: ``request()`` is the payload, made when it is about to
     be posted (None: nothing to hand over); ``durable``, set by the storage, whether its write
-    must be (a holder that does not sync leaves it); ``unsure`` is set when the wait ended by an
-    exception after a holder took it (it may be in the file)."""
+    must be (a holder that does not sync leaves it)."""
 
-    unsure = False
     durable = True
 
     def request(self) -> bytes | None:
