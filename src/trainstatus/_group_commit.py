@@ -199,8 +199,7 @@ class _GroupCommit(_Committing):
 
     def _metadata_key(self) -> bytes:
         """This store's own metadata as a holder compares it: it writes only a batch of its like."""
-        return b"\0".join(name.encode("utf-8", "surrogatepass") + b"\0" + entry[0]
-                          for name, entry in sorted(self._own_metadata.items()))
+        return repr(sorted((name, entry[0]) for name, entry in self._own_metadata.items())).encode()
 
     def _handed_over(self, batch: _Batch) -> None:
         """Another process wrote ``batch``: memory becomes the file, as after a write of this
