@@ -74,18 +74,18 @@ def byte_of(slot: int) -> int:
     return _SIZE + slot
 
 
-# Each sign-in also holds one of _TURNS bytes of its slot, picked by its arrival: the one behind
-# waits on that one. A waiter that read a record just before its process signed out and in again
-# at the same slot (a write takes a millisecond, then the next set signs in) would otherwise wait
-# on its new sign-in, which may be waiting on it: both slept until _DEFER_AT_MOST.
-_TURNS = 32
-_TURN_BYTES = _SIZE + _SLOTS  # bytes 1088 to 3135
+# Each sign-in also holds a turn byte picked by its slot and its arrival, and the one behind waits
+# on that byte, not the slot's: a waiter that read a record just before its process signed out and
+# in again at the same slot (a write takes a millisecond, then the next set signs in) would
+# otherwise wait on the new sign-in, which may be waiting on it, and both slept until
+# _DEFER_AT_MOST. Byte-range locks need no content: the turn bytes lie far past the end of the file.
+_TURN_BYTES = 1 << 40
 _sign_ins = 0  # this process's sign-ins: each starts looking for a free slot one further on
 
 
 def turn_byte(slot: int, arrival: int) -> int:
-    """The byte the one behind a waiter (``slot``, ``arrival``) waits on (see ``_TURNS``)."""
-    return _TURN_BYTES + slot * _TURNS + (arrival ^ (arrival >> 13)) % _TURNS
+    """The byte the one behind a waiter (``slot``, ``arrival``) waits on (one of 2**24 per slot)."""
+    return _TURN_BYTES + (slot << 24) + ((arrival ^ (arrival >> 24)) & 0xFFFFFF)
 
 
 def lock_request(kind: int, slot: int) -> bytes:

@@ -42,8 +42,8 @@ _MAGIC = 0x7E57B0C5  # another version of trainstatus, with another box format, 
 # magic, state, pid, claimer, arrival, durable, length, crc32 of (pid, arrival, durable, payload)
 _HEAD = struct.Struct("<IIIIqIII")
 _STATE_AT = 4
-_BASE = 4096  # past the waiting list (_fair._SIZE) and the bytes its waiters lock (up to 3135)
-_CLAIM_BYTES = 3584  # the claim byte of box s is _CLAIM_BYTES + s (locked, never written)
+_BASE = 4096  # past the waiting list (_fair._SIZE) and the bytes its waiters lock
+_CLAIM_BYTES = 2048  # the claim byte of box s is _CLAIM_BYTES + s (locked, never written)
 BOX = 16384  # a box's size: a change that does not fit is written by its own process
 _ITEM = struct.Struct("<IIIB")  # category, key, raw lengths; exotic
 
