@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import hold_lock_in_subprocess
+from _helpers import hold_lock_in_subprocess, skip_unless_local_locks
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout
 from trainstatus import _fair, _locking
@@ -427,12 +427,7 @@ def _prepared(tmp_path: Path) -> tuple[Path, Path]:
     with StatusStore(path, durable=False) as store:
         store.set("turns", "start", 0)
     lock_file = Path(str(path) + ".lock")
-    fd = os.open(lock_file, os.O_RDONLY)
-    try:
-        if not _fair._on_local_filesystem(fd):
-            pytest.skip("the hand-off is for local filesystems (flock may be made of byte locks elsewhere)")
-    finally:
-        os.close(fd)
+    skip_unless_local_locks(lock_file)
     return path, lock_file
 
 

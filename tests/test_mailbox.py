@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import skip_unless_local_locks
 
 from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _fair, _mailbox
 
@@ -75,9 +76,13 @@ def _slots(lock_file: Path) -> dict[int, tuple[int, int]]:
 def _waiter(path: Path, key: str, *, lock_timeout: float = 60.0, durable: bool = True,
             metadata: str = "") -> subprocess.Popen[str]:
     """A waiter process let go once its request is posted (the caller holds the lock)."""
-    waiter = subprocess.Popen(
-        [sys.executable, "-c", _WAITER, str(path), str(lock_timeout), key, "durable" if durable else "fast", metadata],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return _posted(path, _WAITER, str(lock_timeout), key, "durable" if durable else "fast", metadata)
+
+
+def _posted(path: Path, script: str, *args: str) -> subprocess.Popen[str]:
+    """``script`` run on ``path``, let go once it prints "ready", returned once it posted a request."""
+    waiter = subprocess.Popen([sys.executable, "-c", script, str(path), *args],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert waiter.stdout is not None and waiter.stdin is not None
     assert waiter.stdout.readline() == "ready\n"
     waiter.stdin.write("go\n")
@@ -101,12 +106,7 @@ def _prepared(tmp_path: Path, **options: Any) -> tuple[Path, Path, StatusStore]:
     store = StatusStore(path, **options)
     store.set("holder", "start", 0)
     lock_file = Path(str(path) + ".lock")
-    fd = os.open(lock_file, os.O_RDONLY)
-    try:
-        if not _fair._on_local_filesystem(fd):
-            pytest.skip("handing over is for local filesystems, as the hand-off of turns is")
-    finally:
-        os.close(fd)
+    skip_unless_local_locks(lock_file)
     return path, lock_file, store
 
 
@@ -318,16 +318,7 @@ store.close()
 
 
 def _interrupted_waiter(path: Path) -> subprocess.Popen[str]:
-    waiter = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_WAITER, str(path)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert waiter.stdout is not None and waiter.stdin is not None
-    assert waiter.stdout.readline() == "ready\n"
-    waiter.stdin.write("go\n")
-    waiter.stdin.flush()
-    lock_file = Path(str(path) + ".lock")
-    _until(lambda: _boxes(lock_file).get(waiter.pid) == _mailbox.PENDING or waiter.poll() is not None,
-           "the waiter never posted its request")
-    return waiter
+    return _posted(path, _INTERRUPTED_WAITER)
 
 
 def test_ctrl_c_before_a_holder_took_the_request_takes_it_back(tmp_path: Path) -> None:
