@@ -27,6 +27,7 @@ into a durable write, and only from a store with the same metadata of its own (`
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -166,34 +167,48 @@ class Request:
 def collect(fd: int, waiters: list[tuple[int, int, int]], *, meta: bytes, durable: bool) -> list[Request]:
     """Claim the pending box of each waiter ``(slot, pid, arrival)`` that this write can carry.
 
-    ``fd``: the holder's descriptor of the lock file (its flock held). Oldest waiter first.
+    ``fd``: the holder's descriptor of the lock file (its flock held). Oldest waiter first. An
+    error stops the collection: what is taken so far is written; the others write their own.
     """
     taken: list[Request] = []
-    me = os.getpid()
     for slot, pid, arrival in waiters:
-        _claim_lock(fd, slot, fcntl.F_WRLCK)
         try:
-            data = os.pread(fd, BOX, box_of(slot))
-            if len(data) < _HEAD.size:
-                continue
-            magic, state, box_pid, _, box_arrival, flag, length, crc = _HEAD.unpack_from(data)
-            if (magic != _MAGIC or state != PENDING or (box_pid, box_arrival) != (pid, arrival)
-                    or length > len(data) - _HEAD.size or (flag and not durable)):
-                continue
-            payload = data[_HEAD.size:_HEAD.size + length]
-            if _crc(pid, arrival, flag, payload) != crc:
-                continue  # torn, or not a box at all: its waiter writes it itself
-            box_meta, changes = decode(payload)
-            if box_meta != meta:
-                continue
-            # state, pid, claimer in one write: a failed one leaves the box PENDING
-            os.pwrite(fd, struct.pack("<III", CLAIMED, pid, me), box_of(slot) + _STATE_AT)
-            taken.append(Request(slot, changes))
+            _claim_lock(fd, slot, fcntl.F_WRLCK)
         except OSError:
-            break  # what is taken so far is written; the others' waiters write their own
+            break
+        try:
+            request = _claim(fd, slot, pid, arrival, meta=meta, durable=durable)
+        except OSError:
+            break
         finally:
-            _claim_lock(fd, slot, fcntl.F_UNLCK)
+            with contextlib.suppress(OSError):
+                _claim_lock(fd, slot, fcntl.F_UNLCK)
+        if request is not None:
+            taken.append(request)
     return taken
+
+
+def _claim(fd: int, slot: int, pid: int, arrival: int, *, meta: bytes, durable: bool) -> Request | None:
+    """The request in box ``slot`` if this write can carry it, marked CLAIMED (claim byte held)."""
+    data = os.pread(fd, BOX, box_of(slot))
+    if len(data) < _HEAD.size:
+        return None
+    magic, state, box_pid, _, box_arrival, flag, length, crc = _HEAD.unpack_from(data)
+    if (magic != _MAGIC or state != PENDING or (box_pid, box_arrival) != (pid, arrival)
+            or length > len(data) - _HEAD.size or (flag and not durable)):
+        return None
+    payload = data[_HEAD.size:_HEAD.size + length]
+    if _crc(pid, arrival, flag, payload) != crc:
+        return None  # torn, or not a box at all: its waiter writes it itself
+    try:
+        box_meta, changes = decode(payload)
+    except (ValueError, struct.error):  # a checksum that matches by chance (UnicodeDecodeError too)
+        return None
+    if box_meta != meta:
+        return None
+    # state, pid, claimer in one write: a failed one leaves the box PENDING
+    os.pwrite(fd, struct.pack("<III", CLAIMED, pid, os.getpid()), box_of(slot) + _STATE_AT)
+    return Request(slot, changes)
 
 
 def acknowledge(fd: int, requests: list[Request]) -> None:
