@@ -13,10 +13,12 @@ the lock file shows a change since it was last read empty: ``_locking``, issue 2
 waiter tries, and waits in ``flock`` itself (see ``_locking``). The one that gets the lock signs out.
 
 The others wait without polling, each in the kernel behind the waiter directly ahead of it (Linux,
-on a local filesystem): a waiter in slot ``s`` holds an open-file-description byte-range lock on
-byte ``_SIZE + s`` of the lock file while it is signed in, and the one behind it blocks (on a
-thread, ``_locking``) taking that byte. It is woken the moment the waiter ahead signs out (it took
-the lock) or dies (the kernel lets a dead process's locks go), and then looks at the list again.
+on a local filesystem): a waiter in slot ``s`` holds open-file-description byte-range locks on
+byte ``_SIZE + s`` of the lock file (it lives) and on its turn byte (``turn_byte``: of its slot
+and arrival) while it is signed in, and the one behind it blocks (on a thread, ``_locking``)
+taking that turn byte. It is woken the moment the waiter ahead signs out (it took the lock, or a
+holder wrote its change: ``_mailbox``) or dies (the kernel lets a dead process's locks go), and
+then looks at the list again.
 Byte-range locks and ``flock`` do not see each other on a local filesystem; on a network one
 ``flock`` may be made of byte-range locks, so anywhere else, and where the byte lock fails, the
 next in line looks at the list every 0.1 ms and the others less often, as it did before.
