@@ -30,9 +30,11 @@ pytestmark = pytest.mark.skipif(not _fair._HANDOFF, reason="handing over needs L
 
 _WAITER = r"""
 import sys, time
-from trainstatus import StatusStore, TrainingStatusLockTimeout, _fair
+from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout, _fair, _locking
 _fair._DEFER_AT_MOST = 600.0
 _fair._STALE_NS = 600 * 10**9
+if len(sys.argv) > 6:
+    _locking._OUTCOME_GRACE = float(sys.argv[6])
 store = StatusStore(sys.argv[1], durable=sys.argv[4] == "durable", lock_timeout=float(sys.argv[2]),
                     metadata={"run": sys.argv[5]} if sys.argv[5] else None)
 print("ready", flush=True)
@@ -41,6 +43,8 @@ try:
     store.set("waiters", sys.argv[3], [1.5, float("nan")])
 except TrainingStatusLockTimeout:
     print("timeout", flush=True)
+except TrainingStatusError as exc:
+    print("unfinished:", exc, flush=True)
 else:
     print("set", store.get("waiters", sys.argv[3]), store.get("holder", "k"), flush=True)
 store.close()
@@ -74,9 +78,9 @@ def _slots(lock_file: Path) -> dict[int, tuple[int, int]]:
 
 
 def _waiter(path: Path, key: str, *, lock_timeout: float = 60.0, durable: bool = True,
-            metadata: str = "") -> subprocess.Popen[str]:
+            metadata: str = "", grace: float = 10.0) -> subprocess.Popen[str]:
     """A waiter process let go once its request is posted (the caller holds the lock)."""
-    return _posted(path, _WAITER, str(lock_timeout), key, "durable" if durable else "fast", metadata)
+    return _posted(path, _WAITER, str(lock_timeout), key, "durable" if durable else "fast", metadata, str(grace))
 
 
 def _posted(path: Path, script: str, *args: str) -> subprocess.Popen[str]:
@@ -237,7 +241,9 @@ def test_a_waiter_whose_request_was_taken_waits_for_the_outcome_past_its_timeout
 @pytest.mark.parametrize(("holder", "waiter"), [
     ({"durable": False}, {"durable": True}),  # a durable set only into a durable write
     ({}, {"metadata": "other"}),  # a store with metadata of its own writes them itself
-])
+    ({"history": 0}, {}),  # a write that keeps no earlier version: not for a store that keeps them
+    ({"allow_downgrade": True}, {}),  # a write that may rewrite a newer format: not for one that refuses
+], ids=["durable", "metadata", "history", "downgrade"])
 def test_the_holder_leaves_what_its_write_cannot_carry(tmp_path: Path, holder: dict[str, Any], waiter: dict[str, Any]) -> None:
     path, lock_file, store = _prepared(tmp_path, **holder)
     with _holding(store) as file_lock:
@@ -357,4 +363,107 @@ def test_ctrl_c_after_a_holder_took_the_request_leaves_memory_to_the_file(tmp_pa
         assert "\"w1\": 1" in path.read_text()
     out, _ = waiter.communicate(timeout=60)
     assert out.split("\n")[:2] == ["interrupted", "then 1"]
+    store.close()
+
+
+_ONE_SET = r"""
+import os, sys
+from trainstatus import StatusStore, _fair
+_fair._DEFER_AT_MOST = 600.0
+_fair._STALE_NS = 600 * 10**9
+if len(sys.argv) > 3:  # start looking for a free slot at this one
+    _fair._sign_ins = (int(sys.argv[3]) - hash(os.getpid()) - 1) % _fair._SLOTS
+store = StatusStore(sys.argv[1])
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\n"
+try:
+    store.set("waiters", sys.argv[2], 1)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+else:
+    print("set", flush=True)
+store.close()
+"""
+
+
+def test_the_holder_acknowledges_only_the_request_it_carried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waiter whose request the holder took is interrupted and leaves; another posts its own
+    request in the same slot while the holder writes. That request was not carried: it must not be
+    marked written (its set returned with its change in no file)."""
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        first = _posted(path, _ONE_SET, "w1")
+        slot = next(s for s, (pid, _) in _slots(lock_file).items() if pid == first.pid)
+        file_lock.contended = True
+        real = _mailbox.acknowledge
+        later: list[subprocess.Popen[str]] = []
+
+        def after_an_interrupt(fd: int, requests: list[_mailbox.Request]) -> None:
+            first.send_signal(signal.SIGINT)
+            assert first.communicate(timeout=60)[0].strip() == "interrupted"
+            later.append(_posted(path, _ONE_SET, "w2", str(slot)))
+            assert _slots(lock_file)[slot] == (later[0].pid, _mailbox.PENDING)
+            real(fd, requests)
+
+        monkeypatch.setattr(_mailbox, "acknowledge", after_an_interrupt)
+        store.set("holder", "k", 1)
+        monkeypatch.undo()
+        assert _slots(lock_file)[slot] == (later[0].pid, _mailbox.PENDING)
+    assert later[0].communicate(timeout=60)[0].strip() == "set"
+    assert _on_disk(path)["waiters"] == {"w1": 1, "w2": 1}  # w1 carried, w2 written by itself
+    store.close()
+
+
+def test_a_waiter_whose_request_was_taken_by_a_stuck_holder_gives_up_saying_it_may_be_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder took the request, then hung in its write (a stopped process, a hung disk). The
+    waiter waits past its lock_timeout for the outcome, but not forever: then it raises, saying
+    the change may or may not be written (not a timeout: a timeout writes nothing)."""
+    import select
+
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _waiter(path, "w1", lock_timeout=0.3, grace=0.5)
+        file_lock.contended = True
+        real = _atomic.write_atomic
+        said: list[str] = []
+
+        def hung(*args: Any, **kwargs: Any) -> Any:
+            assert waiter.stdout is not None
+            ready, _, _ = select.select([waiter.stdout], [], [], 30)
+            said.append(waiter.stdout.readline().strip() if ready else "still waiting after 30 s")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_atomic, "write_atomic", hung)
+        store.set("holder", "k", 1)
+        monkeypatch.undo()
+    waiter.communicate(timeout=60)
+    assert said[0].startswith(f"unfinished: Could not finish this write of {path}: its change was handed to process {os.getpid()}")
+    assert "may or may not be in the file" in said[0]
+    assert "\"w1\"" in path.read_text()  # it was: the holder went on
+    store.close()
+
+
+def test_a_box_truncated_away_after_the_holder_took_it_is_not_taken_for_withdrawn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program that truncates the lock file (older filelock.FileLock did) wipes the box a holder
+    already took. The waiter, out of time, cannot tell whether its change is being written: it must
+    not raise a timeout (which promises nothing was written), but wait for the lock and write it."""
+    path, lock_file, store = _prepared(tmp_path)
+    with _holding(store) as file_lock:
+        waiter = _waiter(path, "w1", lock_timeout=0.3)
+        file_lock.contended = True
+        real = _atomic.write_atomic
+
+        def truncating(*args: Any, **kwargs: Any) -> Any:
+            os.truncate(lock_file, 0)
+            time.sleep(1.0)  # past the waiter's lock_timeout
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_atomic, "write_atomic", truncating)
+        store.set("holder", "k", 1)
+        monkeypatch.undo()
+    out, _ = waiter.communicate(timeout=60)
+    assert out.strip() == "set [1.5, nan] 1"
+    assert "\"w1\"" in path.read_text()
     store.close()

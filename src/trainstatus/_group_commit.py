@@ -161,7 +161,7 @@ class _GroupCommit(_Committing):
         """Lay over ``_pending`` what waiting processes handed over that this write may carry."""
         if self._cleared or self._newer_format is not None:
             return []
-        handed = self._storage.collect(self._metadata_key)  # called only when others waited
+        handed = self._storage.collect(self._hand_over_key)  # called only when others waited
         for request in handed:
             for key, entry in request.changes:
                 self._pending[key] = entry
@@ -195,11 +195,14 @@ class _GroupCommit(_Committing):
             if self._open_batch is batch:
                 self._open_batch = None
             changes = list(batch.changes)
-        return _mailbox.encode(changes, self._metadata_key())
+        return _mailbox.encode(changes, self._hand_over_key())
 
-    def _metadata_key(self) -> bytes:
-        """This store's own metadata as a holder compares it: it writes only a batch of its like."""
-        return repr(sorted((name, entry[0]) for name, entry in self._own_metadata.items())).encode()
+    def _hand_over_key(self) -> bytes:
+        """What a holder compares before it carries a batch: it writes only what its waiter's store
+        would have written alike (the same metadata of its own, versions kept, downgrade allowed
+        or not)."""
+        own = sorted((name, entry[0]) for name, entry in self._own_metadata.items())
+        return repr((own, self._storage.kept_versions, self._allow_downgrade)).encode()
 
     def _handed_over(self, batch: _Batch) -> None:
         """Another process wrote ``batch``: memory becomes the file, as after a write of this

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from . import _fair, _interrupts, _mailbox
-from ._errors import TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusWriteError
+from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusWriteError
 
 if TYPE_CHECKING:
     import filelock
@@ -81,9 +81,22 @@ _NEXT_POLL = 0.0001
 _QUIET_AFTER_NS = 50_000_000
 # The soft lease is polled by filelock; a failed try reads the marker (a round trip on NFS).
 _SOFT_POLL = 0.005
+# How long past its lock_timeout a waiter whose change a holder took waits for that holder's write
+# (which takes milliseconds) before it gives up saying the change may or may not be written: the
+# holder is stopped (SIGSTOP, a debugger) or its disk hangs.
+_OUTCOME_GRACE = 10.0
 # flock errors that mean "this filesystem has no flock" (some network filesystems): soft mode goes on
 # with its lease alone.
 _NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
+
+
+class Unfinished(Exception):
+    """A holder took this process's change into its write and has not finished it, past the
+    waiter's deadline and ``_OUTCOME_GRACE``: the change may or may not be written."""
+
+    def __init__(self, claimer: int) -> None:
+        super().__init__(claimer)
+        self.claimer = claimer
 
 
 class _CannotFlock(Exception):
@@ -373,13 +386,20 @@ class _HeldDescriptor:
             pass
         return False
 
-    def _outcome(self, box: _mailbox.Box) -> bool:
-        """A holder took the request when time ran out: wait until it is written or the lock is free."""
+    def _outcome(self, box: _mailbox.Box, until: float) -> bool:
+        """A holder took the request when time ran out: wait until it is written or the lock is
+        free, until ``until`` at most (then ``Unfinished``: the change may or may not land)."""
         while True:
             if self._done(box):
                 return True
-            if self.try_lock() or self._wait_in_kernel(None, _IN_KERNEL_FOR):
+            if self.try_lock() or self._wait_in_kernel(until, _IN_KERNEL_FOR):
                 return self._settle(box)
+            if time.monotonic() >= until:
+                try:
+                    claimer = box.claimer()
+                except OSError:
+                    claimer = 0
+                raise Unfinished(claimer)
 
     @staticmethod
     def _done(box: _mailbox.Box | None) -> bool:
@@ -444,8 +464,8 @@ class _HeldDescriptor:
                             state = _mailbox.CLAIMED  # unknown: as if taken
                         if state == _mailbox.DONE:
                             return True
-                        if state == _mailbox.CLAIMED:
-                            return self._outcome(box)
+                        if state in (_mailbox.CLAIMED, _mailbox.GONE):  # may be written: not a timeout
+                            return self._outcome(box, deadline + _OUTCOME_GRACE)
                     raise filelock.Timeout(self.path)
             # Without the hand-off the others only look at the list: the next in line often, to
             # be in flock before the turn comes; the rest less often.
@@ -584,6 +604,8 @@ class PathLock:
             self._flock_held = True
         except filelock.Timeout as exc:
             raise self._timeout(shown, path, exc) from exc
+        except Unfinished as exc:
+            raise self._unfinished(shown, path, exc.claimer) from None
         except _CannotFlock as exc:
             if self._lease is None or exc.error.errno not in _NO_FLOCK:
                 raise self._cannot_flock(path, exc.error) from exc.error
@@ -664,6 +686,18 @@ class PathLock:
         return TrainingStatusLockTimeout(
             f"Could not lock {path} within {timeout} s: {who} holds {self.lock_path} (a write or an "
             "open transaction). Let it finish, or open the store with a longer lock_timeout=.",
+            path=path,
+            lock_file=self.lock_path,
+        )
+
+    def _unfinished(self, timeout: float | None, path: str, claimer: int) -> TrainingStatusError:
+        who = f"process {claimer}" if claimer else "another process"
+        return TrainingStatusError(
+            f"Could not finish this write of {path}: its change was handed to {who}, which holds "
+            f"the lock and took it into its own write, but has not finished that write "
+            f"{_OUTCOME_GRACE:g} s after this call's lock_timeout ({timeout} s) ran out (it may be "
+            "stopped, or its disk hung). The change may or may not be in the file: read it once "
+            "that process goes on, or set the value again.",
             path=path,
             lock_file=self.lock_path,
         )

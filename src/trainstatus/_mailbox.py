@@ -17,7 +17,8 @@ holder that fails or dies costs time, never a change:
   as a thread of the same process does for its leader (``_group_commit``). A waiter that gets the
   lock and still finds it ``CLAIMED`` knows the holder failed or died and writes the change
   itself (a set of the same value twice leaves the file as once).
-- ``DONE``: written and synced.
+- ``DONE``: written and synced. The holder marks it so only if the box still holds the request
+  it claimed: an interrupted waiter signs out, and another may post in its slot meanwhile.
 
 A box is the waiter's only while its slot holds its ``(pid, arrival)`` and its slot's byte is held
 (``_fair``): a box left behind by a process that died, or torn (its checksum fails), is never
@@ -36,9 +37,10 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tak
 if TYPE_CHECKING:
     from ._codec import Entry
 
-__all__ = ["BOX", "CLAIMED", "DONE", "EMPTY", "PENDING", "Box", "Offer", "Request", "decode", "encode"]
+__all__ = ["BOX", "CLAIMED", "DONE", "EMPTY", "GONE", "PENDING", "Box", "Offer", "Request", "decode", "encode"]
 
 EMPTY, PENDING, CLAIMED, DONE = 0, 1, 2, 3
+GONE = -1  # as the waiter sees it: the box no longer holds its request (the lock file truncated)
 _MAGIC = 0x7E57B0C5  # another version of trainstatus, with another box format, leaves it alone
 # magic, state, pid, claimer, arrival, durable, length, crc32 of (pid, arrival, durable, payload)
 _HEAD = struct.Struct("<IIIIqIII")
@@ -122,14 +124,20 @@ class Box:
         return box
 
     def state(self) -> int:
-        """The box's state; EMPTY as well when it is no longer this request (truncated, overwritten)."""
+        """The box's state; GONE when it no longer holds this request: truncated away, maybe
+        after a holder took it (so, as CLAIMED, it may be written)."""
         head = os.pread(self.fd, _HEAD.size, box_of(self.slot))
         if len(head) < _HEAD.size:
-            return EMPTY
+            return GONE
         magic, state, pid, _, arrival, _, _, _ = _HEAD.unpack(head)
         if magic != _MAGIC or pid != self.pid or arrival != self.arrival:
-            return EMPTY
+            return GONE
         return int(state)
+
+    def claimer(self) -> int:
+        """The process that took the request (0: none, or unknown)."""
+        head = os.pread(self.fd, _HEAD.size, box_of(self.slot))
+        return int(_HEAD.unpack(head)[3]) if len(head) == _HEAD.size else 0
 
     def withdraw(self) -> int:
         """Take the request back if no holder took it: the state found (PENDING: taken back)."""
@@ -157,10 +165,12 @@ class Offer:
 class Request:
     """A box a holder took: the waiter's changes, to be acknowledged once written."""
 
-    __slots__ = ("changes", "slot")
+    __slots__ = ("arrival", "changes", "pid", "slot")
 
-    def __init__(self, slot: int, changes: list[tuple[tuple[str, str], Entry]]) -> None:
+    def __init__(self, slot: int, pid: int, arrival: int, changes: list[tuple[tuple[str, str], Entry]]) -> None:
         self.slot = slot
+        self.pid = pid
+        self.arrival = arrival
         self.changes = changes
 
 
@@ -208,15 +218,32 @@ def _claim(fd: int, slot: int, pid: int, arrival: int, *, meta: bytes, durable: 
         return None
     # state, pid, claimer in one write: a failed one leaves the box PENDING
     os.pwrite(fd, struct.pack("<III", CLAIMED, pid, os.getpid()), box_of(slot) + _STATE_AT)
-    return Request(slot, changes)
+    return Request(slot, pid, arrival, changes)
 
 
 def acknowledge(fd: int, requests: list[Request]) -> None:
-    """Mark each request written (after the write that carried them is durable)."""
+    """Mark each request written (after the write that carried them is durable).
+
+    Only a box that still holds the request as this process claimed it: its waiter, interrupted
+    meanwhile, may have signed out, and another waiter posted its own request in that slot,
+    which this write did not carry.
+    """
     done = struct.pack("<I", DONE)
+    me = os.getpid()
     for request in requests:
         try:
-            os.pwrite(fd, done, box_of(request.slot) + _STATE_AT)
+            _claim_lock(fd, request.slot, fcntl.F_WRLCK)
         except OSError:
             return  # its waiter, finding it not DONE once it has the lock, writes it again
+        try:
+            head = os.pread(fd, _HEAD.size, box_of(request.slot))
+            if len(head) == _HEAD.size:
+                magic, state, pid, claimer, arrival = _HEAD.unpack(head)[:5]
+                if (magic, state, pid, claimer, arrival) == (_MAGIC, CLAIMED, request.pid, me, request.arrival):
+                    os.pwrite(fd, done, box_of(request.slot) + _STATE_AT)
+        except OSError:
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                _claim_lock(fd, request.slot, fcntl.F_UNLCK)
 

@@ -89,9 +89,11 @@ class Storage:
         ``offer``'s changes to it (``_mailbox``): True then, once they are durably written."""
         return _not_handed(self.lock(timeout, configured=configured))
 
+    kept_versions = 0  # the earlier versions a write keeps (``history=``)
+
     def collect(self, meta: Callable[[], bytes]) -> list[_mailbox.Request]:
         """With the lock held: changes other processes handed over (``lock_or_hand_over``) by
-        stores whose own metadata are ``meta()``."""
+        stores whose key (``_GroupCommit._hand_over_key``) is ``meta()``."""
         return []
 
     def acknowledge(self, requests: list[_mailbox.Request]) -> None:
@@ -524,6 +526,10 @@ class LocalFile(Storage):
             self._lock_generation = _locking.generation
         self._ensure_directory()
         return self._path_lock
+
+    @property
+    def kept_versions(self) -> int:  # type: ignore[override]  # a read-only view of the base attribute
+        return self._keep
 
     def collect(self, meta: Callable[[], bytes]) -> list[_mailbox.Request]:
         if self._path_lock is None or self._lock_generation != _locking.generation:
