@@ -192,6 +192,11 @@ def render(report: dict[str, Any]) -> str:
     target = report["target"]
     lines += ["", f"target (issue 4): 8 threads' aggregate durable sets/s >= 4x one thread's: "
                   f"{target['value']:.2f}x, {'met' if target['met'] else 'MISSED'}"]
+    processes = report.get("process_target")
+    if processes is not None:  # absent from reports made before issue 23
+        lines += [f"target (issue 23): 8 processes' aggregate sets/s >= 1x one process's, p99 <= 4x p50: "
+                  f"{processes['value']:.2f}x, p99 {processes['p99_over_p50']}x p50, "
+                  f"{'met' if processes['met'] else 'MISSED'}"]
     return "\n".join(lines)
 
 
@@ -261,11 +266,18 @@ def main(argv: list[str] | None = None) -> int:
         for entry in results[kind]:
             entry["speedup"] = round(entry["sets_per_s"] / one, 3)
     value = results["threads"][-1]["speedup"]
+    eight = results["processes"][-1]
+    tail = round(eight["p99_us"] / eight["p50_us"], 2) if eight["p50_us"] else None
     report: dict[str, Any] = {
         "benchmark": "concurrency", "format": 1, "quick": args.quick, "date": _common.now(), "machine": info,
         "duration_s": duration, "rounds": rounds, "durable": True, "results": results,
         "target": {"target": "8 threads' aggregate sets/s / 1 thread's", "value": value, "limit": 4.0,
                    "comparison": ">=", "met": value >= 4.0},
+        # Issue 23: processes hand their sets to the one holding the lock (group commit across
+        # processes), so that 8 of them write at least what one does, with a p99 within 4x the p50.
+        "process_target": {"target": "8 processes' aggregate sets/s / 1 process's; their p99 / p50",
+                           "value": eight["speedup"], "limit": 1.0, "p99_over_p50": tail, "p99_limit": 4.0,
+                           "met": eight["speedup"] >= 1.0 and tail is not None and tail <= 4.0},
     }
     report["plot"] = None if args.no_plot else plot(report, plot_path)
     _common.publish(report, json_path, render)

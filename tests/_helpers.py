@@ -230,3 +230,18 @@ def hold_lock_in_subprocess(lock_file: str | os.PathLike[str], seconds: float) -
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline() == b"held\n"
     return child
+
+
+def skip_unless_local_locks(lock_file: Path) -> None:
+    """Skip the test where ``lock_file`` is not on a local filesystem: the hand-off of turns and of
+    changes is used only there (on a network one ``flock`` may be made of byte-range locks)."""
+    import pytest
+
+    from trainstatus import _fair
+
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        if not _fair._on_local_filesystem(fd):
+            pytest.skip("the hand-off is for local filesystems (flock may be made of byte locks elsewhere)")
+    finally:
+        os.close(fd)

@@ -16,6 +16,7 @@ import io
 import os
 import secrets
 import stat
+import struct
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -525,3 +526,76 @@ def test_report_lists_the_trace_and_violations() -> None:
     assert "0: mkdir(d)" in text
     assert "crash after 1 operation(s): neither old nor new" in text
     assert report.kinds() == {NEITHER}
+
+
+_HANDING_WAITER = r"""
+import sys
+from trainstatus import StatusStore
+store = StatusStore(sys.argv[1])
+print("ready", flush=True)
+store.set("wall_height", "handed", 3)
+print("set", store.get("wall_height", "handed"), flush=True)
+"""
+
+
+def test_a_write_carrying_another_process_set_recovers_old_or_new_in_every_crash_state(tmp_path: Path, reliability: Any) -> None:
+    """The holder's write that carries a set another process handed over (``_mailbox``): every
+    crash state recovers the old document or the new one, which has both sets, and the new one
+    once the write returned (it acknowledges the handed set just before)."""
+    import subprocess
+    import sys
+    import time
+    from contextlib import ExitStack
+
+    from trainstatus import _fair, _mailbox
+
+    if not _fair._HANDOFF:
+        pytest.skip("handing over needs Linux's open file description locks")
+    held = ExitStack()
+    waiters: list[subprocess.Popen[str]] = []
+    written: list[str] = []
+
+    def handed_over(root: Path) -> Callable[[], None]:
+        path = existing_file(root)
+        store = StatusStore(path)
+        held.enter_context(store._storage.lock(None))
+        waiter = subprocess.Popen([sys.executable, "-c", _HANDING_WAITER, str(path)], stdout=subprocess.PIPE, text=True)
+        waiters.append(waiter)
+        assert waiter.stdout is not None and waiter.stdout.readline() == "ready\n"
+        lock_file = str(path) + ".lock"
+        deadline = time.monotonic() + 30
+        while _mailbox.PENDING not in _box_states(lock_file):
+            assert time.monotonic() < deadline and waiter.poll() is None, "the waiter never posted"
+            time.sleep(0.002)
+        store._storage._path_lock._file_lock.contended = True  # as after an acquire that found waiters
+
+        def call() -> None:
+            store.set("wall_height", "lesson_num", 2)
+            written.append(path.read_text())  # the lock still held: only this write can hold both
+
+        return call
+
+    try:
+        report = _crashsim.check(Scenario("a write carrying another process's set", NAME, handed_over), tmp_path)
+    finally:
+        held.close()
+        outputs = [w.communicate(timeout=60)[0].strip() for w in waiters]
+    assert outputs == ["set 3"]
+    assert report.violations == [], report.summary()
+    assert report.states >= len(report.ops) + 1
+    assert any(op.kind == "rename" for op in report.ops)
+    assert '"handed": 3' in written[0] and '"lesson_num": 2' in written[0]
+    reliability.add("crash_states", report.states, source=SOURCE)
+
+
+def _box_states(lock_file: str) -> set[int]:
+    from trainstatus import _fair, _mailbox
+
+    with open(lock_file, "rb") as f:
+        data = f.read()
+    states = set()
+    for slot in range(_fair._SLOTS):
+        head = data[_mailbox.box_of(slot):_mailbox.box_of(slot) + _mailbox._HEAD.size]
+        if len(head) == _mailbox._HEAD.size and struct.unpack_from("<I", head)[0] == _mailbox._MAGIC:
+            states.add(struct.unpack_from("<I", head, 4)[0])
+    return states

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import hold_lock_in_subprocess
+from _helpers import hold_lock_in_subprocess, skip_unless_local_locks
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout
 from trainstatus import _fair, _locking
@@ -427,12 +427,7 @@ def _prepared(tmp_path: Path) -> tuple[Path, Path]:
     with StatusStore(path, durable=False) as store:
         store.set("turns", "start", 0)
     lock_file = Path(str(path) + ".lock")
-    fd = os.open(lock_file, os.O_RDONLY)
-    try:
-        if not _fair._on_local_filesystem(fd):
-            pytest.skip("the hand-off is for local filesystems (flock may be made of byte locks elsewhere)")
-    finally:
-        os.close(fd)
+    skip_unless_local_locks(lock_file)
     return path, lock_file
 
 
@@ -516,3 +511,35 @@ def test_lock_timeout_and_ctrl_c_end_a_wait_behind_another(tmp_path: Path) -> No
     finally:
         outputs = _finish(waiters)
     assert outputs[0] == "wrote"
+
+
+@handoff
+def test_a_waiter_signed_in_again_at_its_slot_holds_another_byte_than_the_one_behind_waits_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one behind read the record of a sign-in, which then signed out and in again at the same
+    slot (its next set, a millisecond later). The byte it waits on must be free now: it used to be
+    the slot's, held again by the new sign-in, which may itself be waiting behind it (both slept
+    until _DEFER_AT_MOST)."""
+    import fcntl
+
+    _, lock_file = _prepared(tmp_path)
+    fd = os.open(lock_file, os.O_RDWR)
+    probe = os.open(lock_file, os.O_RDWR)
+    try:
+        registry = _fair.Registry(lambda: fd, os, handoff=True)
+        registry.sign_in()
+        slot, first = registry.slot, registry.arrival
+        registry.sign_out()
+        monkeypatch.setattr(_fair, "_sign_ins", _fair._sign_ins - 1)  # start looking at the same slot
+        registry.sign_in()
+        assert (registry.slot, registry.arrival != first) == (slot, True)
+        assert slot is not None
+        behind = _fair.byte_request(fcntl.F_WRLCK, _fair.turn_byte(slot, first))
+        fcntl.fcntl(probe, fcntl.F_OFD_SETLK, behind)  # free: the one behind is woken at once
+        with pytest.raises(OSError):
+            fcntl.fcntl(probe, fcntl.F_OFD_SETLK,
+                        _fair.byte_request(fcntl.F_WRLCK, _fair.turn_byte(slot, registry.arrival)))
+        registry.sign_out()
+    finally:
+        os.close(probe)
+        os.close(fd)

@@ -304,9 +304,9 @@ def test_lock_timeout_none_waits_without_a_deadline(tmp_path: Path, monkeypatch:
     deadlines: list[float | None] = []
     real = _locking._HeldDescriptor.acquire
 
-    def recording(self: Any, deadline: float | None) -> None:
+    def recording(self: Any, deadline: float | None, *rest: Any) -> bool:
         deadlines.append(deadline)
-        real(self, deadline)
+        return real(self, deadline, *rest)
 
     monkeypatch.setattr(_locking._HeldDescriptor, "acquire", recording)
     store = StatusStore(tmp_path / "status.json", lock_timeout=None, durable=False)
@@ -875,3 +875,34 @@ def test_soft_mode_reads_the_file_before_every_write(tmp_path: Path, lock: str) 
     # soft mode reads the file and keeps the other writer's value.
     assert read(path)["other"] == {"k": 2222 if lock == "soft" else 1111}
     assert read(path)["mine"] == {"k": 2}
+
+
+def test_ctrl_c_just_as_the_blocked_flock_returns_leaves_the_lock_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal handled right after the wait for the blocked ``flock`` got it, before the
+    descriptor was taken: the cancel that follows must unlock it. It used to stay locked, on a
+    descriptor nothing referred to, and every writer of the file, this process included, waited
+    for it forever."""
+    import fcntl
+
+    lock_file = tmp_path / "status.json.lock"
+    holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    wait = _locking._KernelWait(str(lock_file))
+    real = _locking._interrupts.acquire
+
+    def acquired_then_interrupted(lock: Any, timeout: float | None) -> bool:
+        if real(lock, timeout):
+            raise KeyboardInterrupt  # as a handler run the moment the wait returned
+        return False
+
+    monkeypatch.setattr(_locking._interrupts, "acquire", acquired_then_interrupted)
+    assert wait.take(0.05) is None  # still held by the other descriptor
+    os.close(holder)
+    with pytest.raises(KeyboardInterrupt):
+        wait.take(10)
+    wait.cancel()
+    probe = os.open(lock_file, os.O_RDWR)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if it stayed locked
+    finally:
+        os.close(probe)

@@ -13,10 +13,12 @@ the lock file shows a change since it was last read empty: ``_locking``, issue 2
 waiter tries, and waits in ``flock`` itself (see ``_locking``). The one that gets the lock signs out.
 
 The others wait without polling, each in the kernel behind the waiter directly ahead of it (Linux,
-on a local filesystem): a waiter in slot ``s`` holds an open-file-description byte-range lock on
-byte ``_SIZE + s`` of the lock file while it is signed in, and the one behind it blocks (on a
-thread, ``_locking``) taking that byte. It is woken the moment the waiter ahead signs out (it took
-the lock) or dies (the kernel lets a dead process's locks go), and then looks at the list again.
+on a local filesystem): a waiter in slot ``s`` holds open-file-description byte-range locks on
+byte ``_SIZE + s`` of the lock file (it lives) and on its turn byte (``turn_byte``: of its slot
+and arrival) while it is signed in, and the one behind it blocks (on a thread, ``_locking``)
+taking that turn byte. It is woken the moment the waiter ahead signs out (it took the lock, or a
+holder wrote its change: ``_mailbox``) or dies (the kernel lets a dead process's locks go), and
+then looks at the list again.
 Byte-range locks and ``flock`` do not see each other on a local filesystem; on a network one
 ``flock`` may be made of byte-range locks, so anywhere else, and where the byte lock fails, the
 next in line looks at the list every 0.1 ms and the others less often, as it did before.
@@ -70,12 +72,30 @@ _duplicates: set[int] = set()
 
 
 def byte_of(slot: int) -> int:
-    """The byte a waiter signed in at ``slot`` holds locked while it waits."""
+    """The byte a waiter signed in at ``slot`` holds locked while it waits: it lives."""
     return _SIZE + slot
 
 
+# Each sign-in also holds a turn byte picked by its slot and its arrival, and the one behind waits
+# on that byte, not the slot's: a waiter that read a record just before its process signed out and
+# in again at the same slot (a write takes a millisecond, then the next set signs in) would
+# otherwise wait on the new sign-in, which may be waiting on it, and both slept until
+# _DEFER_AT_MOST. Byte-range locks need no content: the turn bytes lie far past the end of the file.
+_TURN_BYTES = 1 << 40
+_sign_ins = 0  # this process's sign-ins: each starts looking for a free slot one further on
+
+
+def turn_byte(slot: int, arrival: int) -> int:
+    """The byte the one behind a waiter (``slot``, ``arrival``) waits on (one of 2**24 per slot)."""
+    return _TURN_BYTES + (slot << 24) + ((arrival ^ (arrival >> 24)) & 0xFFFFFF)
+
+
 def lock_request(kind: int, slot: int) -> bytes:
-    return _FLOCK.pack(kind, os.SEEK_SET, byte_of(slot), 1, 0)  # l_pid must be 0 for OFD locks
+    return byte_request(kind, byte_of(slot))
+
+
+def byte_request(kind: int, byte: int) -> bytes:
+    return _FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0)  # l_pid must be 0 for OFD locks
 
 
 def _on_local_filesystem(fd: int) -> bool:
@@ -134,7 +154,7 @@ class Registry:
         self._handoff = handoff and _HANDOFF
         self._mine: int | None = None
         self._pid = 0  # the process that made _mine (a forked child must not touch it)
-        self.next_in_line: int | None = None  # ahead(): the slot directly ahead, byte held
+        self.next_in_line: int | None = None  # ahead(): the turn byte of the one directly ahead
 
     @property
     def fd(self) -> int:
@@ -160,9 +180,10 @@ class Registry:
         return all((pid, check, arrival) == (0, 0, 0) or check == _check(pid, arrival)
                    for pid, check, arrival in _SLOT.iter_unpack(data))
 
-    def sign_in(self) -> None:
+    def sign_in(self, arrival: int | None = None) -> None:
+        global _sign_ins
         pid = os.getpid()
-        self._arrival = time.monotonic_ns()
+        self._arrival = time.monotonic_ns() if arrival is None else arrival
         self._since = time.monotonic()
         record = _SLOT.pack(pid, _check(pid, self._arrival), self._arrival)
         data = self._read()
@@ -170,7 +191,8 @@ class Registry:
             self._slot = None  # not a registry: wait without a place, as before
             return
         data = data.ljust(_SIZE, b"\0")
-        start = hash(pid) % _SLOTS
+        _sign_ins += 1
+        start = (hash(pid) + _sign_ins) % _SLOTS
         for i in range(_SLOTS):
             slot = (start + i) % _SLOTS
             if data[slot * _SLOT.size:(slot + 1) * _SLOT.size] == _FREE and self._hold_byte(slot):
@@ -195,6 +217,11 @@ class Registry:
                 self._mine, self._pid = os.dup(self.fd), os.getpid()
                 _duplicates.add(self._mine)
             fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, lock_request(fcntl.F_WRLCK, slot))
+            try:
+                fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, byte_request(fcntl.F_WRLCK, turn_byte(slot, self._arrival)))
+            except OSError:
+                fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, lock_request(fcntl.F_UNLCK, slot))
+                raise
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 return False
@@ -248,19 +275,48 @@ class Registry:
             if held or _alive(pid):
                 count += 1
                 if arrival > latest:
-                    latest, self.next_in_line = arrival, (slot if held else None)
+                    latest, self.next_in_line = arrival, (turn_byte(slot, arrival) if held else None)
         return count
 
+    @property
+    def slot(self) -> int | None:
+        """Where this process is signed in (None: nowhere)."""
+        return self._slot
+
+    @property
+    def arrival(self) -> int:
+        return self._arrival
+
+    def own_descriptor(self) -> int | None:
+        """The waiter's own open file description, holding its slot's byte (None: no hand-off)."""
+        return self._mine if self._handoff and self._slot is not None else None
+
+    def live_waiters(self) -> list[tuple[int, int, int]]:
+        """``(slot, pid, arrival)`` of each signed-in waiter that holds its byte, oldest first.
+
+        Asked by the process holding the lock (``_mailbox``): on its own descriptor, whose open
+        file description holds no byte, so a byte shown held is another waiter's.
+        """
+        if not _HANDOFF or not _on_local_filesystem(self.fd):
+            return []  # nobody posts there (see _hold_byte)
+        data = self._read()
+        found = []
+        for slot, (pid, check, arrival) in enumerate(_SLOT.iter_unpack(data[: len(data) - len(data) % _SLOT.size])):
+            if pid == 0 or check != _check(pid, arrival):
+                continue
+            answer = fcntl.fcntl(self.fd, fcntl.F_OFD_GETLK, lock_request(fcntl.F_WRLCK, slot))
+            if _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK:
+                found.append((arrival, slot, pid))
+        return [(slot, pid, arrival) for arrival, slot, pid in sorted(found)]
+
     def sign_in_again(self) -> None:
+        """Sign in again, keeping the arrival (the record was truncated away or overwritten)."""
         arrival, since = self._arrival, self._since
         if self._mine is not None and self._slot is not None:
             fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, lock_request(fcntl.F_UNLCK, self._slot))
-        self.sign_in()
+            fcntl.fcntl(self._mine, fcntl.F_OFD_SETLK, byte_request(fcntl.F_UNLCK, turn_byte(self._slot, arrival)))
+        self.sign_in(arrival or None)
         self._since = since
-        if self._slot is not None and arrival:
-            self._arrival = arrival
-            pid = os.getpid()
-            self._os.pwrite(self.fd, _SLOT.pack(pid, _check(pid, arrival), arrival), self._slot * _SLOT.size)
 
     def sign_out(self) -> None:
         """Leave the list, then let go of the byte: the one behind, woken, finds the slot free."""

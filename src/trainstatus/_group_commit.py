@@ -7,6 +7,11 @@ the outcome to every thread whose change it carried. So each ``set`` still retur
 write holding its change is durable, and raises if that write failed. A thread whose change is
 still queued when its ``lock_timeout`` runs out takes it back and raises; once taken, a change is
 written (the leader holds every lock by then) and its thread waits for the outcome.
+
+The same across processes (``_mailbox``): a leader that must wait for another process's lock hands
+its batch to that process, which writes it with its own and says when it is durable; the batch
+is taken from the moment it is handed over. A leader holding the lock after a wait writes, with its
+batch, what the processes waiting behind it handed over, and tells them once the write is durable.
 """
 
 from __future__ import annotations
@@ -15,22 +20,37 @@ import contextlib
 import threading
 import time
 
-from . import _interrupts
+from . import _interrupts, _mailbox
 from ._committing import _Committing
-from ._document import Change
+from ._document import Change, apply
 from ._errors import TrainingStatusError
 
 
 class _Batch:
     """Changes of several threads' ``set`` calls, written together by one of them (the leader)."""
 
-    __slots__ = ("changes", "done", "error", "taken")
+    __slots__ = ("changes", "done", "error", "taken", "written")
 
     def __init__(self) -> None:
         self.changes: list[Change] = []  # in arrival order: a later set of the same key wins
-        self.taken = False  # the leader holds the locks and is writing it; no change joins or leaves
+        # The leader is writing it, or handed it to another process: no change joins or leaves.
+        self.taken = False
+        self.written = False  # a write carrying it began (here or in another process)
         self.done = False
         self.error: BaseException | None = None
+
+
+class _Offer(_mailbox.Offer):
+    """A leader's batch, as handed to another process while waiting for its lock."""
+
+    __slots__ = ("batch", "store")
+
+    def __init__(self, store: _GroupCommit, batch: _Batch) -> None:
+        self.store = store
+        self.batch = batch
+
+    def request(self) -> bytes | None:
+        return self.store._hand_over(self.batch)
 
 
 def _error_for_waiter(error: BaseException, location: str) -> BaseException:
@@ -116,18 +136,36 @@ class _GroupCommit(_Committing):
             if batch.error is not None:
                 raise _error_for_waiter(batch.error, self._location)
             return
+        offer = _Offer(self, batch)
         try:
-            with self._guard(start), self._storage.lock(self._remaining(), configured=timeout):
-                self._write_batch(batch)
+            with self._guard(start), self._storage.lock_or_hand_over(self._remaining(), offer, configured=timeout) as handed:
+                if handed:
+                    self._handed_over(batch)
+                else:
+                    self._write_batch(batch)
         except BaseException:
-            if not batch.taken:
-                # Failed before writing (a timeout, a closed store): take our change back and let
-                # a waiting thread try, within its own lock_timeout.
+            if not batch.written:
+                # Failed before writing (a timeout, a closed store, Ctrl-C while waiting): take our
+                # change back and let a waiting thread try, within its own lock_timeout. A batch
+                # handed to another process may be in the file all the same: the other threads'
+                # changes are then written twice, the same values (the next write reads the file
+                # first, as after any other process's write).
                 with self._queue:
+                    batch.taken = False
                     self._withdraw(batch, change)
                     self._writing = False
                     self._wake_all()
             raise
+
+    def _collect_handed_over(self) -> list[_mailbox.Request]:
+        """Lay over ``_pending`` what waiting processes handed over that this write may carry."""
+        if self._cleared or self._newer_format is not None:
+            return []
+        handed = self._storage.collect(self._hand_over_key)  # called only when others waited
+        for request in handed:
+            for key, entry in request.changes:
+                self._pending[key] = entry
+        return handed
 
     def _forget_waiter(self, waiter: threading.Lock) -> None:
         with contextlib.suppress(ValueError):
@@ -148,16 +186,60 @@ class _GroupCommit(_Committing):
         if not batch.changes and self._open_batch is batch:
             self._open_batch = None
 
-    def _write_batch(self, batch: _Batch) -> None:
-        """Write every change of ``batch`` at once and tell their threads (guard and lock held)."""
+    def _hand_over(self, batch: _Batch) -> bytes | None:
+        """The payload handing ``batch`` to another process (``_Offer``); None: not to be handed."""
+        if self._cleared or self._newer_format is not None or self._closed:
+            return None  # a write only this store can make (or refuse)
         with self._queue:
             batch.taken = True
+            if self._open_batch is batch:
+                self._open_batch = None
+            changes = list(batch.changes)
+        return _mailbox.encode(changes, self._hand_over_key())
+
+    def _hand_over_key(self) -> bytes:
+        """What a holder compares before it carries a batch: it writes only what its waiter's store
+        would have written alike (the same metadata of its own, versions kept, downgrade allowed
+        or not)."""
+        own = sorted((name, entry[0]) for name, entry in self._own_metadata.items())
+        return repr((own, self._storage.kept_versions, self._allow_downgrade)).encode()
+
+    def _handed_over(self, batch: _Batch) -> None:
+        """Another process wrote ``batch``: memory becomes the file, as after a write of this
+        store's own, other writers' changes included (guard held; read without the lock, as
+        ``reload`` does: the file is only ever replaced whole)."""
+        try:
+            batch.written = True
+            try:
+                self._load(initial=False, locked=False)
+                if self._vanished:  # removed since: memory keeps what it knew, with this batch
+                    self._doc = apply(self._doc, dict(batch.changes))
+            except Exception:  # noqa: BLE001 - the set is durable; memory takes it, the next write reads
+                self._doc = apply(self._doc, dict(batch.changes))
+                self._storage.forget()
+        finally:
+            with self._queue:
+                batch.done = True
+                self._writing = False
+                self._wake_all()
+
+    def _write_batch(self, batch: _Batch) -> None:
+        """Write every change of ``batch`` at once and tell their threads (guard and lock held).
+
+        With it go the changes waiting processes handed over (``_mailbox``), acknowledged once
+        the write is durable; if it fails they are not, and each of them writes its own.
+        """
+        with self._queue:
+            batch.taken = batch.written = True
             if self._open_batch is batch:
                 self._open_batch = None
         try:
             for key, entry in batch.changes:
                 self._pending[key] = entry
+            handed = self._collect_handed_over()
             self._write()
+            if handed:
+                self._storage.acknowledge(handed)
         except BaseException as exc:
             batch.error = exc
             raise

@@ -45,8 +45,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tak
 if TYPE_CHECKING:
     from typing import Any
 
-from . import _fair, _interrupts
-from ._errors import TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusWriteError
+from . import _fair, _interrupts, _mailbox
+from ._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusValueError, TrainingStatusWriteError
 
 if TYPE_CHECKING:
     import filelock
@@ -81,9 +81,22 @@ _NEXT_POLL = 0.0001
 _QUIET_AFTER_NS = 50_000_000
 # The soft lease is polled by filelock; a failed try reads the marker (a round trip on NFS).
 _SOFT_POLL = 0.005
+# How long past its lock_timeout a waiter whose change a holder took waits for that holder's write
+# (which takes milliseconds) before it gives up saying the change may or may not be written: the
+# holder is stopped (SIGSTOP, a debugger) or its disk hangs.
+_OUTCOME_GRACE = 10.0
 # flock errors that mean "this filesystem has no flock" (some network filesystems): soft mode goes on
 # with its lease alone.
 _NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
+
+
+class Unfinished(Exception):
+    """A holder took this process's change into its write and has not finished it, past the
+    waiter's deadline and ``_OUTCOME_GRACE``: the change may or may not be written."""
+
+    def __init__(self, claimer: int) -> None:
+        super().__init__(claimer)
+        self.claimer = claimer
 
 
 class _CannotFlock(Exception):
@@ -124,6 +137,11 @@ class _KernelWait:
         self._guard = threading.Lock()
         self._locked = False
         self._cancelled = False
+        # The thread's flock returned, and ``take`` has not taken its outcome: ``cancel`` drops
+        # it. Not ``_done``'s state: a Ctrl-C can land just after ``take``'s wait acquired
+        # ``_done`` and before it took the descriptor, which then stayed locked, unreachable,
+        # holding off every writer of the file (this process's own next write included).
+        self._returned = False
         self.failed = False  # flock itself failed: the caller polls instead
         threading.Thread(target=self._block, name="trainstatus-lock-wait", daemon=True).start()
 
@@ -138,6 +156,7 @@ class _KernelWait:
             if self._cancelled:
                 self._drop()
                 return
+            self._returned = True
         self._done.release()
 
     def _drop(self) -> None:  # with _guard held, once the thread's flock returned
@@ -150,6 +169,7 @@ class _KernelWait:
         if not _interrupts.acquire(self._done, timeout):
             return None
         with self._guard:
+            self._returned = False  # taken: the caller's now
             if self._locked:
                 return self._fd
             os.close(self._fd)  # flock failed: the caller polls instead
@@ -161,7 +181,8 @@ class _KernelWait:
             if self._cancelled:
                 return
             self._cancelled = True
-            if self._done.acquire(blocking=False):  # returned, and nobody took it
+            if self._returned:  # returned, and nobody took it
+                self._returned = False
                 self._drop()
 
 
@@ -174,8 +195,8 @@ class _TurnWait:
     thread ends by itself once the byte is let go.
     """
 
-    def __init__(self, path: str, slot: int) -> None:
-        self.slot = slot
+    def __init__(self, path: str, byte: int) -> None:
+        self.byte = byte  # the turn byte of the one ahead (_fair.turn_byte)
         self.failed = False  # the byte lock itself failed: the caller looks at the list instead
         self._fd = os.open(path, _OPEN_FLAGS, 0o666)
         self._done = threading.Lock()
@@ -188,8 +209,8 @@ class _TurnWait:
 
     def _block(self) -> None:
         try:
-            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLKW, _fair.lock_request(fcntl.F_WRLCK, self.slot))
-            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _fair.lock_request(fcntl.F_UNLCK, self.slot))
+            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLKW, _fair.byte_request(fcntl.F_WRLCK, self.byte))
+            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _fair.byte_request(fcntl.F_UNLCK, self.byte))
         except OSError:
             self.failed = True
         finally:
@@ -226,6 +247,9 @@ class _HeldDescriptor:
         # long enough after its last change that any later one has another mtime: while the file
         # still shows these, nobody has signed in since, and the list is not read again.
         self._quiet: tuple[int, int, int] | None = None
+        # Whether the last acquire found others waiting (or waited itself): only then does its
+        # write look for changes they handed over (``collect``); a lone writer pays nothing.
+        self.contended = False
         weakref.finalize(self, close_all, self._held)
 
     def _open(self) -> int:
@@ -272,21 +296,25 @@ class _HeldDescriptor:
     def _current_fd(self) -> int | None:
         return self._held[0][0] if self._held and self._opened_by is os else None
 
-    def acquire(self, deadline: float | None) -> None:
+    def acquire(self, deadline: float | None, offer: _mailbox.Offer | None = None) -> bool:
         """Lock, retrying until ``deadline`` (monotonic; None: forever); ``filelock.Timeout`` after.
 
         Waiting processes take turns, the longest waiter first (``_fair``): a process that finds
-        others waiting signs in behind them instead of taking the lock as it comes free.
+        others waiting signs in behind them instead of taking the lock as it comes free. A waiter
+        with an ``offer`` hands its changes to the holder (``_mailbox``); True: the holder wrote
+        them, and the lock is not held.
         """
         registry = self._registry()
+        self.contended = False
         if self.try_lock():
             # Taken at the first try, as nearly every lock is. Only now is the list read, and only
             # when someone may have signed in: never when the file is empty (signing in writes
             # it) or unchanged since the list was last read empty. A process found waiting
             # longer gets the lock back at once, and this one signs in behind it.
             if registry is None or not self._anyone_waiting(registry):
-                return
+                return False
             self.release()
+        self.contended = True
         if registry is not None:
             try:
                 registry.sign_in()
@@ -295,7 +323,7 @@ class _HeldDescriptor:
                     registry.sign_out()  # lets go of a byte it may have locked
                 registry = None
         try:
-            self._wait(deadline, registry)
+            return self._wait(deadline, registry, offer)
         finally:
             self._cancel_kernel_wait()
             if registry is not None:
@@ -321,22 +349,104 @@ class _HeldDescriptor:
             self._quiet = key
         return False
 
-    def _wait(self, deadline: float | None, registry: _fair.Registry | None) -> None:
+    def _wait(self, deadline: float | None, registry: _fair.Registry | None, offer: _mailbox.Offer | None) -> bool:
+        box = None if offer is None or registry is None else self._post(registry, offer)
+        try:
+            return self._wait_in_line(deadline, registry, box)
+        except BaseException:
+            if box is not None:
+                # Interrupted: a request no holder took is taken back; one taken may be written.
+                with contextlib.suppress(OSError):
+                    box.withdraw()
+            raise
+
+    def _post(self, registry: _fair.Registry, offer: _mailbox.Offer) -> _mailbox.Box | None:
+        """Hand ``offer``'s changes to whoever holds the lock (``_mailbox``); None: not handed."""
+        fd, slot = registry.own_descriptor(), registry.slot
+        if fd is None or slot is None:
+            return None  # no byte held: a holder could not tell that this waiter lives
+        payload = offer.request()
+        if payload is None:
+            return None
+        try:
+            return _mailbox.Box.post(fd, slot, registry.arrival, payload, durable=offer.durable)
+        except OSError:
+            return None
+
+    def _settle(self, box: _mailbox.Box | None) -> bool:
+        """With the lock just taken: True (and the lock let go) if a holder wrote the request."""
+        if box is None:
+            return False
+        try:
+            if box.state() == _mailbox.DONE:
+                self.release()
+                return True
+            box.withdraw()  # pending, or taken by a holder that failed or died: written here
+        except OSError:
+            pass
+        return False
+
+    def _outcome(self, box: _mailbox.Box, until: float) -> bool:
+        """A holder took the request when time ran out: wait until it is written or the lock is
+        free, until ``until`` at most (then ``Unfinished``: the change may or may not land)."""
+        while True:
+            if self._done(box):
+                return True
+            if self.try_lock() or self._wait_in_kernel(until, _IN_KERNEL_FOR):
+                return self._settle(box)
+            if time.monotonic() >= until:
+                try:
+                    claimer = box.claimer()
+                except OSError:
+                    claimer = 0
+                raise Unfinished(claimer)
+
+    @staticmethod
+    def _done(box: _mailbox.Box | None) -> bool:
+        if box is None:
+            return False
+        try:
+            return box.state() == _mailbox.DONE
+        except OSError:
+            return False
+
+    def collect(self, *, meta: Callable[[], bytes], durable: bool) -> list[_mailbox.Request]:
+        """The changes waiting processes handed over that this write can carry (lock held)."""
+        if not self.contended:
+            return []
+        registry = self._registry()
+        fd = self._current_fd()
+        if registry is None or fd is None:
+            return []
+        try:
+            waiters = registry.live_waiters()
+        except OSError:
+            return []
+        return _mailbox.collect(fd, waiters, meta=meta(), durable=durable) if waiters else []
+
+    def acknowledge(self, requests: list[_mailbox.Request]) -> None:
+        fd = self._current_fd()
+        if fd is not None and requests:
+            _mailbox.acknowledge(fd, requests)
+
+    def _wait_in_line(self, deadline: float | None, registry: _fair.Registry | None, box: _mailbox.Box | None) -> bool:
         wait = _FIRST_WAIT
         handoff = True  # until a wait behind the next in line fails: then polling, as before
         while True:
+            if self._done(box):
+                return True
             try:
                 ahead = 0 if registry is None else registry.ahead()
             except OSError:
                 ahead, registry = 0, None
             if ahead == 0:
                 if self.try_lock():
-                    return
+                    return self._settle(box)
                 if registry is not None:
                     # First in line: wait in the kernel, woken the moment the holder lets go,
                     # instead of polling (a sleep of 0.1 ms takes 0.2: a fifth of a write).
                     if self._wait_in_kernel(deadline, _IN_KERNEL_FOR):
-                        return
+                        return self._settle(box)
             elif handoff and registry is not None and registry.next_in_line is not None:
                 # Behind a waiter that holds its byte: sleep in the kernel until it signs out or
                 # dies, then look again.
@@ -347,6 +457,15 @@ class _HeldDescriptor:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    if box is not None:
+                        try:
+                            state = box.withdraw()
+                        except OSError:
+                            state = _mailbox.CLAIMED  # unknown: as if taken
+                        if state == _mailbox.DONE:
+                            return True
+                        if state in (_mailbox.CLAIMED, _mailbox.GONE):  # may be written: not a timeout
+                            return self._outcome(box, deadline + _OUTCOME_GRACE)
                     raise filelock.Timeout(self.path)
             # Without the hand-off the others only look at the list: the next in line often, to
             # be in flock before the turn comes; the rest less often.
@@ -390,15 +509,15 @@ class _HeldDescriptor:
         self.close()
         return False
 
-    def _wait_for_turn(self, deadline: float | None, slot: int, longest: float) -> bool | None:
-        """Wait, within ``deadline`` and ``longest`` s, for the waiter at ``slot`` to let go of its
-        byte: True once it did, False when time is up, None if the wait failed."""
+    def _wait_for_turn(self, deadline: float | None, byte: int, longest: float) -> bool | None:
+        """Wait, within ``deadline`` and ``longest`` s, for the waiter ahead to let go of its turn
+        ``byte``: True once it did, False when time is up, None if the wait failed."""
         timeout = longest if deadline is None else min(longest, deadline - time.monotonic())
         if timeout <= 0:
             return False
-        if self._turn_wait is None or self._turn_wait.slot != slot:
+        if self._turn_wait is None or self._turn_wait.byte != byte:
             try:
-                self._turn_wait = _TurnWait(self.path, slot)  # one behind another byte ends by itself
+                self._turn_wait = _TurnWait(self.path, byte)  # one behind another byte ends by itself
             except (OSError, RuntimeError):  # cannot open the file, or start a thread
                 self._turn_wait = None
                 return None
@@ -445,11 +564,14 @@ class PathLock:
         return self._owner == threading.get_ident()
 
     @contextmanager
-    def hold(self, timeout: float | None, *, path: str, configured: float | None = None) -> Iterator[None]:
+    def hold(self, timeout: float | None, *, path: str, configured: float | None = None,
+             offer: _mailbox.Offer | None = None) -> Iterator[bool]:
         """Hold the lock, waiting at most ``timeout`` s (None: forever).
 
         ``configured`` is the caller's whole ``lock_timeout``, for the message, when ``timeout`` is
-        what is left of it.
+        what is left of it. With an ``offer``, a process that must wait hands its changes to the
+        holder (``_mailbox``): the context then gives True, and only this process's threads are
+        held off (the holder wrote the changes); otherwise False.
         """
         shown = timeout if configured is None else configured
         taken_in = generation  # a hold that spans a fork must not release in the child
@@ -457,12 +579,13 @@ class PathLock:
         if not _interrupts.acquire(self._mutex, timeout):
             raise self._timeout(shown, path, None)
         try:
-            if self._depth == 0:
-                self._take(deadline, shown, path)
+            if self._depth == 0 and self._take(deadline, shown, path, offer):
+                yield True
+                return
             self._depth += 1
             self._owner = threading.get_ident()
             try:
-                yield
+                yield False
             finally:
                 self._depth -= 1
                 if self._depth == 0:
@@ -472,20 +595,24 @@ class PathLock:
         finally:
             self._mutex.release()
 
-    def _take(self, deadline: float | None, shown: float | None, path: str) -> None:
+    def _take(self, deadline: float | None, shown: float | None, path: str, offer: _mailbox.Offer | None = None) -> bool:
+        """Take the file lock (True instead: a holder wrote ``offer``'s changes, see ``hold``)."""
         try:
             self._flock_held = False
-            self._file_lock.acquire(deadline)
+            if self._file_lock.acquire(deadline, offer if self._lease is None else None):
+                return True
             self._flock_held = True
         except filelock.Timeout as exc:
             raise self._timeout(shown, path, exc) from exc
+        except Unfinished as exc:
+            raise self._unfinished(shown, path, exc.claimer) from None
         except _CannotFlock as exc:
             if self._lease is None or exc.error.errno not in _NO_FLOCK:
                 raise self._cannot_flock(path, exc.error) from exc.error
         except OSError as exc:  # cannot create or open the lock file
             raise self._cannot_lock(path, exc) from exc
         if self._lease is None:
-            return
+            return False
         try:
             self._take_lease(deadline)
         except BaseException as exc:
@@ -497,6 +624,18 @@ class PathLock:
             if isinstance(exc, OSError):
                 raise self._cannot_lock(path, exc, self.lease_path) from exc
             raise
+        return False
+
+    def collect(self, *, meta: Callable[[], bytes], durable: bool) -> list[_mailbox.Request]:
+        """Changes other processes handed over that this hold's write can carry (see ``_mailbox``)."""
+        if not self._flock_held or self._lease is not None:
+            return []
+        return self._file_lock.collect(meta=meta, durable=durable)
+
+    def acknowledge(self, requests: list[_mailbox.Request]) -> None:
+        """Tell the processes of ``requests`` that the write carrying them is durable."""
+        if self._flock_held:
+            self._file_lock.acknowledge(requests)
 
     def _take_lease(self, deadline: float | None) -> None:
         # Polled here rather than by filelock's own wait, so that a Ctrl-C can stop the wait
@@ -547,6 +686,18 @@ class PathLock:
         return TrainingStatusLockTimeout(
             f"Could not lock {path} within {timeout} s: {who} holds {self.lock_path} (a write or an "
             "open transaction). Let it finish, or open the store with a longer lock_timeout=.",
+            path=path,
+            lock_file=self.lock_path,
+        )
+
+    def _unfinished(self, timeout: float | None, path: str, claimer: int) -> TrainingStatusError:
+        who = f"process {claimer}" if claimer else "another process"
+        return TrainingStatusError(
+            f"Could not finish this write of {path}: its change was handed to {who}, which holds "
+            f"the lock and took it into its own write, but has not finished that write "
+            f"{_OUTCOME_GRACE:g} s after this call's lock_timeout ({timeout} s) ran out (it may be "
+            "stopped, or its disk hung). The change may or may not be in the file: read it once "
+            "that process goes on, or set the value again.",
             path=path,
             lock_file=self.lock_path,
         )

@@ -230,7 +230,7 @@ class ObjectStorage(Storage):
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
+    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[object]:
         return contextlib.nullcontext()  # the condition on each write does the excluding
 
     # -- what the probe of conditional writes uses (_probe.Probed) -----------------------------------

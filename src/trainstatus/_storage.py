@@ -27,6 +27,8 @@ from ._lazy import OnFirstUse
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
 if TYPE_CHECKING:
     import datetime
+
+    from . import _mailbox
     from typing import ContextManager
 else:
     datetime = OnFirstUse("datetime", globals())  # only a damaged file kept aside needs it
@@ -74,12 +76,28 @@ class Storage:
         """Replace the stored document (the caller holds ``lock``); remembers the new version."""
         raise NotImplementedError
 
-    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
+    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[object]:
         """Exclude every other writer of this document while held; reentrant per thread.
 
         Waits at most ``timeout`` s; ``configured`` is the whole ``lock_timeout`` for messages.
         """
         raise NotImplementedError
+
+    def lock_or_hand_over(self, timeout: float | None, offer: _mailbox.Offer, *,
+                          configured: float | None = None) -> ContextManager[bool]:
+        """``lock``, or, where another process holds it and takes over waiters' changes, hand
+        ``offer``'s changes to it (``_mailbox``): True then, once they are durably written."""
+        return _not_handed(self.lock(timeout, configured=configured))
+
+    kept_versions = 0  # the earlier versions a write keeps (``history=``)
+
+    def collect(self, meta: Callable[[], bytes]) -> list[_mailbox.Request]:
+        """With the lock held: changes other processes handed over (``lock_or_hand_over``) by
+        stores whose key (``_GroupCommit._hand_over_key``) is ``meta()``."""
+        return []
+
+    def acknowledge(self, requests: list[_mailbox.Request]) -> None:
+        """Once the write that carried ``requests`` is durable: tell their processes."""
 
     def move_aside(self) -> str:
         """Keep the stored document, byte for byte, under a new name; return that name."""
@@ -107,6 +125,12 @@ class Storage:
         """Release what this object holds open."""
 
 
+@contextlib.contextmanager
+def _not_handed(lock: ContextManager[object]) -> Iterator[bool]:
+    with lock:
+        yield False
+
+
 class Memory(Storage):
     """A document kept in this process only: nothing survives the process."""
 
@@ -124,7 +148,7 @@ class Memory(Storage):
     def replace(self, data: bytes) -> None:
         self._data = data
 
-    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
+    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[object]:
         return contextlib.nullcontext()
 
     def move_aside(self) -> str:  # pragma: no cover - a document this store wrote is never damaged
@@ -488,19 +512,41 @@ class LocalFile(Storage):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[None]:
+    def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[object]:
+        return self._hold(self._lock(), timeout, configured, None)
+
+    def lock_or_hand_over(self, timeout: float | None, offer: _mailbox.Offer, *,
+                          configured: float | None = None) -> ContextManager[bool]:
+        offer.durable = self._durable
+        return self._hold(self._lock(), timeout, configured, offer)
+
+    def _lock(self) -> _locking.PathLock:
         if self._lock_generation != _locking.generation or self._path_lock is None:
             self._path_lock = _locking.lock_for(self.lock_file, self._lock_mode, self._lease_file(), target=self._target)
             self._lock_generation = _locking.generation
         self._ensure_directory()
-        return self._hold(self._path_lock, timeout, configured)
+        return self._path_lock
+
+    @property
+    def kept_versions(self) -> int:  # type: ignore[override]  # a read-only view of the base attribute
+        return self._keep
+
+    def collect(self, meta: Callable[[], bytes]) -> list[_mailbox.Request]:
+        if self._path_lock is None or self._lock_generation != _locking.generation:
+            return []
+        return self._path_lock.collect(meta=meta, durable=self._durable)
+
+    def acknowledge(self, requests: list[_mailbox.Request]) -> None:
+        if requests and self._path_lock is not None:
+            self._path_lock.acknowledge(requests)
 
     @contextlib.contextmanager
-    def _hold(self, path_lock: _locking.PathLock, timeout: float | None, configured: float | None) -> Iterator[None]:
+    def _hold(self, path_lock: _locking.PathLock, timeout: float | None, configured: float | None,
+              offer: _mailbox.Offer | None) -> Iterator[bool]:
         try:
             with contextlib.ExitStack() as stack:
                 try:
-                    stack.enter_context(path_lock.hold(timeout, path=self.location, configured=configured))
+                    handed = stack.enter_context(path_lock.hold(timeout, path=self.location, configured=configured, offer=offer))
                 except TrainingStatusWriteError as exc:
                     # The run folder was deleted under a running store (rm -r run_logs): recreate
                     # it, as a new store would, instead of failing every write from now on.
@@ -508,8 +554,8 @@ class LocalFile(Storage):
                         raise
                     self._directory_ready = False
                     self._ensure_directory()
-                    stack.enter_context(path_lock.hold(timeout, path=self.location, configured=configured))
-                yield
+                    handed = stack.enter_context(path_lock.hold(timeout, path=self.location, configured=configured, offer=offer))
+                yield handed
         finally:
             # Once this thread lets go of the lock, free the files our writes replaced.
             if self._pin.pending and not path_lock.held_here():
