@@ -90,7 +90,7 @@ _OUTCOME_GRACE = 10.0
 _NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
 
 
-class Unfinished(Exception):
+class _Unfinished(Exception):
     """A holder took this process's change into its write and has not finished it, past the
     waiter's deadline and ``_OUTCOME_GRACE``: the change may or may not be written."""
 
@@ -388,7 +388,7 @@ class _HeldDescriptor:
 
     def _outcome(self, box: _mailbox.Box, until: float) -> bool:
         """A holder took the request when time ran out: wait until it is written or the lock is
-        free, until ``until`` at most (then ``Unfinished``: the change may or may not land)."""
+        free, until ``until`` at most (then ``_Unfinished``: the change may or may not land)."""
         while True:
             if self._done(box):
                 return True
@@ -399,7 +399,7 @@ class _HeldDescriptor:
                     claimer = box.claimer()
                 except OSError:
                     claimer = 0
-                raise Unfinished(claimer)
+                raise _Unfinished(claimer)
 
     @staticmethod
     def _done(box: _mailbox.Box | None) -> bool:
@@ -604,7 +604,7 @@ class PathLock:
             self._flock_held = True
         except filelock.Timeout as exc:
             raise self._timeout(shown, path, exc) from exc
-        except Unfinished as exc:
+        except _Unfinished as exc:
             raise self._unfinished(shown, path, exc.claimer) from None
         except _CannotFlock as exc:
             if self._lease is None or exc.error.errno not in _NO_FLOCK:
