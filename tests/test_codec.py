@@ -828,6 +828,55 @@ def test_literals_fast_path_writes_a_checkpoint_list_and_falls_back_when_unsure(
     assert enc([None, 1.5]).exotic is False
 
 
+def only_nans(value: Any) -> bytes | None:
+    packed = _codec._marshalled(value)
+    assert packed is not None
+    return _codec._only_nans(packed, _codec._dumps_plain(value))
+
+
+def test_a_value_whose_nulls_are_all_nan_is_written_by_one_replace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ML-Agents' checkpoint list: unevaluated rewards NaN (of either sign), no None."""
+    checkpoints = [{"steps": i, "reward": (NAN, -NAN, 1.5)[i % 3], "paths": ["a.pt"]} for i in range(300)]
+    fast = only_nans(checkpoints)
+    assert fast is not None and fast.count(b"NaN") == 200 and b"null" not in fast
+    # Byte for byte what the fragments write, and what a set stores.
+    assert fast == _codec._with_literals(checkpoints, _codec._dumps_plain(checkpoints), _codec._dumps_plain)
+    assert enc(checkpoints) == Entry(fast, exotic=True)
+    # A set takes this way, not the fragments' walk.
+    monkeypatch.setattr(_codec, "_swap_in", lambda value, tally: pytest.fail("walked a value whose nulls are all NaN"))
+    assert enc(checkpoints) == Entry(fast, exotic=True)
+    assert only_nans({"a": [NAN], "b": {"c": NAN}}) == b'{\n      "a": [\n        NaN\n      ],\n      "b": {\n        "c": NaN\n      }\n    }'
+
+
+@pytest.mark.parametrize("value", [
+    [NAN, None],  # a None's null must stay null
+    [NAN, "null"],  # so must the word in a string
+    {"null": NAN},
+    [NAN, INF],  # an infinity is no NaN
+    [NAN, -INF],
+    [NAN, nan_with_payload()],  # not counted, so the nulls outnumber the NaNs
+    [1.5, None],
+], ids=["none", "word", "key", "inf", "-inf", "other-nan", "no-nan"])
+def test_a_null_that_is_no_plain_nan_keeps_the_replace_away(value: Any) -> None:
+    assert only_nans(value) is None
+    # The value is still written right, by the fragments or the walk.
+    assert json.dumps(json.loads(enc(value).raw)) == json.dumps(json.loads(reference_entry(value).raw))
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(tuples_too)
+def test_property_the_nan_replace_writes_what_the_fragments_write(value: Any) -> None:
+    """``_only_nans`` declines, or gives the very bytes of ``_with_literals``: never other bytes."""
+    try:
+        raw = _codec._dumps_plain(value)
+    except TypeError:  # a lone surrogate: orjson writes no such value
+        return
+    packed = _codec._marshalled(value)
+    fast = None if packed is None else _codec._only_nans(packed, raw)
+    if fast is not None:
+        assert fast == _codec._with_literals(value, raw, _codec._dumps_plain)
+
+
 # -- issue 23: NaN literals by orjson fragments, byte for byte what the pickle stand-ins wrote ------
 
 _PICKLE_RECORD = re.compile(rb"G[\x7f\xff][\xf0-\xff][\x00-\xff]{6}")
