@@ -1067,7 +1067,7 @@ def test_many_lookalike_bytes_still_find_the_nan(count: int) -> None:
     few, the regex takes over from looking at each: both must find the NaN and clear the rest."""
     # Distinct, and none with a byte that marshal uses for a float's code.
     ints = [-(1 + 256 * k) for k in range(count) if ~k & 0xFF not in _codec._FLOAT_CODES]
-    assert _codec._probe_nonfinite([None, *ints]) == _codec._NONE_THERE
+    assert _codec._probe_nonfinite(_codec._marshalled([None, *ints])) == _codec._NONE_THERE
     assert not enc([None, *ints]).exotic
     for bad in (-NAN, NAN, -INF):
         entry = enc([None, *ints, bad])

@@ -282,19 +282,6 @@ def _dumps_at_depth(value: Any, default: Any, option: int) -> bytes:
 _NONE_THERE, _MAYBE_PLAIN, _MAYBE = 0, 1, 2
 
 
-def _probe_nonfinite(value: Any) -> int:
-    """Whether ``value`` may hold NaN or Infinity: ``_NONE_THERE``, ``_MAYBE_PLAIN`` or ``_MAYBE``.
-
-    Asked only when orjson's output has a ``null``, which is what it writes for None and for
-    NaN/Infinity alike. A value of builtin types only (what marshal accepts: no subclass, no
-    dataclass or enum) is answered from marshal's bytes, in C, several times faster than the walk
-    of ``_Plain``; ``_MAYBE_PLAIN`` says it is such a value and may hold one (a match inside a
-    string is possible), ``_MAYBE`` that some other type is in it.
-    """
-    packed = _marshalled(value)
-    return _MAYBE if packed is None else _probe_packed(packed)
-
-
 def _marshalled(value: Any) -> bytes | None:
     """marshal's bytes (format 2) of a value of builtin types only; None for any other value."""
     if "numpy" in sys.modules:
@@ -310,8 +297,18 @@ def _marshalled(value: Any) -> bytes | None:
         return None
 
 
-def _probe_packed(packed: bytes) -> int:
-    """``_probe_nonfinite``'s answer from the value's marshal bytes."""
+def _probe_nonfinite(packed: bytes | None) -> int:
+    """Whether a value may hold NaN or Infinity: ``_NONE_THERE``, ``_MAYBE_PLAIN`` or ``_MAYBE``.
+
+    Asked only when orjson's output has a ``null``, which is what it writes for None and for
+    NaN/Infinity alike. ``packed`` is the value's ``_marshalled`` bytes: a value of builtin types
+    only (what marshal accepts: no subclass, no dataclass or enum) is answered from them, in C,
+    several times faster than the walk of ``_Plain``; ``_MAYBE_PLAIN`` says it is such a value and
+    may hold one (a match inside a string is possible), ``_MAYBE`` (``packed`` None) that some
+    other type is in it.
+    """
+    if packed is None:
+        return _MAYBE
     # The last byte of a non-finite float, 0x7f or 0xff, is rare in marshal's output of ordinary
     # values, and memchr finds it far faster than the regex scans (0.05 against 9 ms per MB);
     # many of them (negative integers, reference numbers) hand over to the regex.
@@ -346,6 +343,7 @@ def _only_nans(packed: bytes, raw: bytes) -> bytes | None:
     On a 1 MB checkpoint list, 2.8 ms of CPU for the whole encoding against 7.6 ms with the
     fragments' walk and second orjson pass (the marshal pass that counts the NaNs is most of it).
     """
+    # A split and a join: 0.6 ms on 840 KB, where count() and replace() took 1.5.
     pieces = raw.split(b"null")
     nulls = len(pieces) - 1
     if not nulls:
@@ -556,7 +554,7 @@ def _with_nonfinite(value: Any, raw: bytes) -> Entry | None:
     orjson most others with fragments (``_with_literals``), the walk the rest.
     """
     packed = _marshalled(value)
-    probe = _MAYBE if packed is None else _probe_packed(packed)
+    probe = _probe_nonfinite(packed)
     if packed is not None and probe == _MAYBE_PLAIN:
         nans = _only_nans(packed, raw)
         if nans is not None:
