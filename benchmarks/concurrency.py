@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
 
-import trainstatus._atomic  # noqa: E402  (counting writes: instrumentation only)
+import trainstatus._storage.atomic  # noqa: E402  (counting writes: instrumentation only)
 from trainstatus import StatusStore  # noqa: E402
 
 WORKERS = (1, 2, 4, 8)
@@ -67,18 +67,18 @@ class CountingWrites:
         self._real: Callable[..., Any] | None = None
 
     def __enter__(self) -> CountingWrites:
-        real = self._real = trainstatus._atomic.write_atomic
+        real = self._real = trainstatus._storage.atomic.write_atomic
 
         def counting(*args: Any, **kwargs: Any) -> Any:
             result = real(*args, **kwargs)
             self.count += 1
             return result
 
-        trainstatus._atomic.write_atomic = counting  # type: ignore[assignment]
+        trainstatus._storage.atomic.write_atomic = counting  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        trainstatus._atomic.write_atomic = self._real  # type: ignore[assignment]
+        trainstatus._storage.atomic.write_atomic = self._real  # type: ignore[assignment]
 
 
 def setter_loop(store: StatusStore, key: str, duration: float) -> tuple[int, list[int], float]:

@@ -1,11 +1,11 @@
 """The ``trainstatus`` console script's entry point: Ctrl-C handled before anything is imported.
 
-A top-level module, not ``trainstatus._cli_main``: importing that imports the ``trainstatus``
+A top-level module, not ``trainstatus._cli.main``: importing that imports the ``trainstatus``
 package first, and a Ctrl-C during any import before a handler is in place is a
 ``KeyboardInterrupt`` traceback (or, during ``import orjson``, a segfault: orjson's module setup
 does not survive an exception raised inside it). So the handler comes first, with nothing but the
 C signal module: one line on stderr and exit status 130, at once, with nothing written yet. Once the
-command's modules are imported, ``trainstatus._cli_base.run`` puts Python's own handler back and
+command's modules are imported, ``trainstatus._cli.base.run`` puts Python's own handler back and
 turns the ``KeyboardInterrupt`` into the same line and status (a store holds it back until a write
 in progress is done); ``main`` does the same for one that lands where ``run`` cannot catch it.
 """
@@ -29,10 +29,10 @@ def install() -> None:
 
 
 def main() -> int:
-    """The console script: ``trainstatus._cli_main.main`` with Ctrl-C handled from the start."""
+    """The console script: ``trainstatus._cli.main.main`` with Ctrl-C handled from the start."""
     install()
     try:
-        from trainstatus._cli_main import main as run
+        from trainstatus._cli.main import main as run
 
         status = run()
         # Done, its output flushed: a Ctrl-C now would only turn the status into a traceback from

@@ -128,7 +128,7 @@ def crash_point(request: pytest.FixtureRequest) -> Any:
     if not isinstance(request.param, _WriteCount):
         yield request.param
         return
-    from trainstatus import _testing_kill
+    from trainstatus._testing import kill as _testing_kill
 
     expected = request.param.writes
     count = _testing_kill.WriteCount(expected, lambda made: _finish(expected, made))

@@ -139,7 +139,7 @@ def serve() -> None:
     """Fork a writer per "spawn <json>" line; reap one per "reap <pid>" line; "quit" ends."""
     # What the first write imports on first use (filelock): loaded here, once, so that each forked
     # writer writes at once, as the random kill delays assume.
-    from trainstatus import _locking
+    from trainstatus._lock import path_lock as _locking
 
     assert _locking.filelock.Timeout
     signal.signal(signal.SIGINT, signal.SIG_IGN)

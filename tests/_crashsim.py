@@ -2,7 +2,7 @@
 
 The recorder (an ``os`` interposer that logs the operations deciding what a crash can leave, and
 checks itself by replaying them), the crash model and the state enumerator are the public ones
-(``trainstatus._testing_power``, documented in docs/testing.md, "Testing your trainer's crash recovery").
+(``trainstatus._testing.power``, documented in docs/testing.md, "Testing your trainer's crash recovery").
 This module adds what is specific to the store: its verdict.
 
 The checker
@@ -30,10 +30,11 @@ from typing import Any
 
 from _helpers import same
 
-from trainstatus import StatusStore, TrainingStatusCorruptWarning, _names
+from trainstatus import StatusStore, TrainingStatusCorruptWarning
+from trainstatus._storage import filenames as _names
 from trainstatus._load import Corrupt, load_document
-from trainstatus._testing_fs import FsState, is_lock_name, materialize, snapshot
-from trainstatus._testing_power import (
+from trainstatus._testing.fs import FsState, is_lock_name, materialize, snapshot
+from trainstatus._testing.power import (
     BLOCK,
     Call,
     Hook,

@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from trainstatus import StatusStore, _locking
+from trainstatus import StatusStore
+from trainstatus._lock import path_lock as _locking
 
 
 def same(a: Any, b: Any) -> bool:
@@ -153,7 +154,7 @@ def run_threads(targets: list[Callable[[], None]], *, timeout: float = 60.0) -> 
 
 _SOFT_HOLDER = """
 import os, sys
-from trainstatus import StatusStore, _locking
+from trainstatus import StatusStore; from trainstatus._lock import path_lock as _locking
 _locking.SOFT_LEASE_SECONDS = float(sys.argv[2])
 store = StatusStore(sys.argv[1], lock="soft", durable=False)
 with store.transaction():
@@ -168,7 +169,7 @@ print("released", flush=True)
 # flock (if the filesystem shares one at all) is not visible here.
 _REMOTE_HOLDER = """
 import os, sys, filelock
-from trainstatus import _names
+from trainstatus._storage import filenames as _names
 folder, name = os.path.split(sys.argv[1])
 lease = filelock.SoftFileLease(os.path.join(folder, _names.lease_name(name)), thread_local=False,
                                lease_duration=float(sys.argv[2]))
@@ -237,7 +238,7 @@ def skip_unless_local_locks(lock_file: Path) -> None:
     changes is used only there (on a network one ``flock`` may be made of byte-range locks)."""
     import pytest
 
-    from trainstatus import _fair
+    from trainstatus._lock import fair as _fair
 
     fd = os.open(lock_file, os.O_RDONLY)
     try:

@@ -59,10 +59,7 @@ def main() -> None:
     )
     from transformers.trainer_utils import get_last_checkpoint
 
-    from trainstatus.integrations.transformers import (
-        TrainStatusCallback,
-        last_complete_checkpoint,
-    )
+    from trainstatus.integrations.transformers import TrainStatusCallback, last_complete_checkpoint
 
     torch.set_num_threads(1)  # two cores shared by the suite: one each for trainer and checker
     directory = options["dir"]

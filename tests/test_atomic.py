@@ -1,6 +1,6 @@
-"""The write protocol (trainstatus._atomic), driven directly and through ``StatusStore.set``.
+"""The write protocol (trainstatus._storage.atomic), driven directly and through ``StatusStore.set``.
 
-Faults are injected by replacing one named step in ``trainstatus._atomic`` (real ``tmp_path``), and
+Faults are injected by replacing one named step in ``trainstatus._storage.atomic`` (real ``tmp_path``), and
 by a full disk under pyfakefs. The order of the steps, the temp file's privacy, the permission bits
 of the result and the creation of missing directories are checked on the real filesystem.
 """
@@ -21,7 +21,8 @@ import pytest
 from _helpers import read_fresh
 from pyfakefs.fake_filesystem_unittest import Patcher
 
-from trainstatus import CheckpointList, StatusStore, TrainingStatusWriteError, _atomic, _names
+from trainstatus import CheckpointList, StatusStore, TrainingStatusWriteError
+from trainstatus._storage import atomic as _atomic, filenames as _names
 
 STEPS = ("open_temp", "write_all", "set_mode", "sync_file", "replace", "sync_directory")
 BEFORE_RENAME = STEPS[:-1]

@@ -16,15 +16,10 @@ from typing import Any
 import pytest
 from _helpers import read_fresh, write
 
-from trainstatus import (
-    CheckpointList,
-    StatusStore,
-    TrainingStatusCheckpointWarning,
-    _cli,
-    _cli_main,
-)
-from trainstatus._checkpoint_files import changed_files
-from trainstatus._checkpoints import missing_files
+from trainstatus import CheckpointList, StatusStore, TrainingStatusCheckpointWarning
+from trainstatus._cli import commands as _cli, main as _cli_main
+from trainstatus._checkpoints.files import changed_files
+from trainstatus._checkpoints.checkpoint_list import missing_files
 
 FOLDER = {"model.safetensors": b"w" * 10, "trainer_state.json": b"{}", "optim/state.pt": b"o" * 3}
 
@@ -69,7 +64,7 @@ def test_a_folder_is_recorded_with_each_file_and_its_size(tmp_path: Path, store:
 
 def test_every_file_and_folder_of_a_checkpoint_folder_is_synced_before_the_record(
         tmp_path: Path, store: StatusStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._checkpoints as module
+    import trainstatus._checkpoints.checkpoint_list as module
 
     synced: list[tuple[str, bool, bool]] = []  # (path, directory, recorded yet)
     real = module._fsync
@@ -91,7 +86,7 @@ def test_every_file_and_folder_of_a_checkpoint_folder_is_synced_before_the_recor
 
 def test_a_folder_synced_by_the_caller_is_recorded_with_its_sizes_and_not_synced_again(
         tmp_path: Path, store: StatusStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._checkpoints as module
+    import trainstatus._checkpoints.checkpoint_list as module
 
     synced: list[str] = []
     monkeypatch.setattr(module, "_fsync", lambda path, directory=False: synced.append(path))

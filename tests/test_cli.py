@@ -157,7 +157,7 @@ def test_python_dash_m_is_the_same_program(tmp_path: Path) -> None:
 
 
 def test_importing_the_command_line_does_not_import_numpy() -> None:
-    code = "import sys, trainstatus._cli; print('numpy' in sys.modules)"
+    code = "import sys, trainstatus._cli.commands; print('numpy' in sys.modules)"
     assert run(command=[sys.executable, "-c", code]) == Result(0, "False\n", "")
 
 
@@ -979,17 +979,18 @@ def test_check_of_a_fifo_does_not_block(tmp_path: Path) -> None:
 
 
 def test_help_and_usage_errors_load_no_store_and_the_lock_modes_agree() -> None:
-    from trainstatus import _cli_main, _locking
+    from trainstatus._cli import main as _cli_main
+    from trainstatus._lock import path_lock as _locking
 
     assert _cli_main.LOCK_MODES == _locking.LOCK_MODES
     code = (
         "import sys\n"
-        "from trainstatus._cli_main import main\n"
+        "from trainstatus._cli.main import main\n"
         "try:\n"
         "    main(sys.argv[1:])\n"
         "except SystemExit as exc:\n"
         "    status = exc.code\n"
-        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._store', 'trainstatus._cli') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._store', 'trainstatus._cli.commands') if m in sys.modules)\n"
         "print(status, heavy)\n"
     )
     for argv, status in ((["--help"], 0), (["show", "--help"], 0), (["diff", "--help"], 0), (["nosuch"], 2)):
@@ -1004,10 +1005,10 @@ def test_show_and_get_read_with_json_alone(tmp_path: Path) -> None:
         store.set("Walker", "lesson", 3)
     code = (
         "import contextlib, io, sys\n"
-        "from trainstatus._cli_main import main\n"
+        "from trainstatus._cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "    status = main(sys.argv[1:])\n"
-        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._codec', 'trainstatus._store', 'trainstatus._cli') "
+        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._codec.values', 'trainstatus._store', 'trainstatus._cli.commands') "
         "if m in sys.modules)\n"
         "print(status, heavy, out.getvalue().count('lesson'))\n"
     )
@@ -1021,7 +1022,7 @@ def test_show_and_get_read_with_json_alone(tmp_path: Path) -> None:
 def test_a_value_nested_at_the_stacks_limit_is_a_one_line_error() -> None:
     """set's VALUE is parsed, then parsed again to find repeated keys, two frames deeper: a value
     that fits the first parse but not the second is the same error as one that fits neither."""
-    from trainstatus import _cli
+    from trainstatus._cli import commands as _cli
 
     def nested(depth: int) -> str:
         return "[" * depth + "]" * depth

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _cli_main, _history, _storage
+from trainstatus import StatusStore, TrainingStatusWriteError
+from trainstatus._storage import atomic as _atomic, history as _history, local as _storage
+from trainstatus._cli import main as _cli_main
 
 
 def kept(path: Path) -> list[_history.Version]:

@@ -135,7 +135,7 @@ import os
 import signal
 import sys
 import {MODULE} as entry
-from trainstatus import _atomic
+from trainstatus._storage import atomic as _atomic
 
 def observer(point, target, temp, fd):
     if point == "written" and os.path.basename(target) == "ts.json":
@@ -199,7 +199,7 @@ def test_ctrl_c_while_a_command_ends_is_one_line_and_exit_130(
     # cover: the console script's entry point turns them into the same one line and status.
     import _trainstatus_cli
 
-    from trainstatus import _cli_base
+    from trainstatus._cli import base as _cli_base
 
     if where == "printing-an-error":
         def interrupted(message: str) -> None:

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from trainstatus import StatusStore, _atomic, _cli_base, _cli_main, _cli_parser, _history, _storage
+from trainstatus import StatusStore
+from trainstatus._storage import atomic as _atomic, history as _history, local as _storage
+from trainstatus._cli import base as _cli_base, main as _cli_main, parser as _cli_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from trainstatus import StatusStore
-from trainstatus._cli_main import main
+from trainstatus._cli.main import main
 
 KEY = "run/run_logs/training_status.json"
 
@@ -73,8 +73,8 @@ def test_a_missing_object_and_a_damaged_one(bucket: Any, capsys: pytest.CaptureF
 
 
 def test_storage_option_values_are_json_only_where_json_is_meant(capsys: pytest.CaptureFixture[str]) -> None:
-    from trainstatus._cli_base import storage_options
-    from trainstatus._cli_parser import _parser
+    from trainstatus._cli.base import storage_options
+    from trainstatus._cli.parser import _parser
 
     args = _parser().parse_args(["show", "s3://b/k", "--storage-option", "anon=true", "--storage-option", "project=123",
                                  "--storage-option", 'config_kwargs={"connect_timeout": 2}',

@@ -27,14 +27,17 @@ from _helpers import same
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from trainstatus import (
-    StatusStore,
-    TrainingStatusError,
-    TrainingStatusTypeError,
-    TrainingStatusValueError,
-    _codec,
+from trainstatus import StatusStore, TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
+from trainstatus._codec import values as _codec
+from trainstatus._codec.values import (
+    Entry,
+    decode,
+    encode_loaded,
+    encode_value,
+    entries_from_rendered,
+    parse_document,
+    render,
 )
-from trainstatus._codec import Entry, decode, encode_loaded, encode_value, entries_from_rendered, parse_document, render
 
 NAN = float("nan")
 INF = float("inf")

@@ -23,13 +23,8 @@ import pytest
 from _helpers import process_message, run_threads
 
 import _workers
-from trainstatus import (
-    StatusStore,
-    TrainingStatusCorruptWarning,
-    TrainingStatusError,
-    TrainingStatusLockTimeout,
-    _names,
-)
+from trainstatus import StatusStore, TrainingStatusCorruptWarning, TrainingStatusError, TrainingStatusLockTimeout
+from trainstatus._storage import filenames as _names
 
 SPAWN = multiprocessing.get_context("spawn")
 TIMEOUT = 60.0  # for anything that should take a second or two

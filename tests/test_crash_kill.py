@@ -46,7 +46,8 @@ import pytest
 from _helpers import run_threads
 from _helpers import same
 
-from trainstatus import StatusStore, _fair, _mailbox
+from trainstatus import StatusStore
+from trainstatus._lock import fair as _fair, mailbox as _mailbox
 from trainstatus.testing import POINTS, kill_at
 
 SOURCE = os.path.basename(__file__)
@@ -122,7 +123,7 @@ def serve(ack_fd: int) -> None:
     """The kill server: fork a writer per "spawn <json>" line, reap one per "reap <pid>" line."""
     # What the first write imports on first use (filelock): loaded here, once, so that each forked
     # writer writes at once, as the random kill delays assume.
-    from trainstatus import _locking
+    from trainstatus._lock import path_lock as _locking
 
     assert _locking.filelock.Timeout
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -40,7 +40,8 @@ from _crashsim import (
     Scenario,
 )
 
-from trainstatus import StatusStore, TrainingStatusCorruptWarning, _atomic
+from trainstatus import StatusStore, TrainingStatusCorruptWarning
+from trainstatus._storage import atomic as _atomic
 
 SOURCE = os.path.basename(__file__)
 NAME = "status.json"
@@ -547,7 +548,7 @@ def test_a_write_carrying_another_process_set_recovers_old_or_new_in_every_crash
     import time
     from contextlib import ExitStack
 
-    from trainstatus import _fair, _mailbox
+    from trainstatus._lock import fair as _fair, mailbox as _mailbox
 
     if not _fair._HANDOFF:
         pytest.skip("handing over needs Linux's open file description locks")
@@ -589,7 +590,7 @@ def test_a_write_carrying_another_process_set_recovers_old_or_new_in_every_crash
 
 
 def _box_states(lock_file: str) -> set[int]:
-    from trainstatus import _fair, _mailbox
+    from trainstatus._lock import fair as _fair, mailbox as _mailbox
 
     with open(lock_file, "rb") as f:
         data = f.read()

@@ -15,7 +15,7 @@ import pytest
 from _helpers import same
 
 from trainstatus import StatusStore, _load
-from trainstatus._codec import decode
+from trainstatus._codec.values import decode
 from trainstatus._load import Duplicate, find_duplicates, load_document
 
 DATA = Path(__file__).parent / "data" / "mlagents_training_status.json"

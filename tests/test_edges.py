@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainstatus import GlobalTrainingStatus, StatusStore, TrainingStatusError, TrainingStatusTypeError, _storage
+from trainstatus import GlobalTrainingStatus, StatusStore, TrainingStatusError, TrainingStatusTypeError
+from trainstatus._storage import local as _storage
 
 
 def test_get_takes_default_as_a_keyword_and_the_store_takes_path_as_one(tmp_path: Path) -> None:

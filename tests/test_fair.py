@@ -23,7 +23,7 @@ import pytest
 from _helpers import hold_lock_in_subprocess, skip_unless_local_locks
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout
-from trainstatus import _fair, _locking
+from trainstatus._lock import fair as _fair, path_lock as _locking
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -256,7 +256,7 @@ def test_a_torn_slot_is_not_ahead(registry: _fair.Registry, live_pid: int) -> No
 # the stale limit), so the order the waiters take the lock in comes from the registry alone.
 _LOCKSTEP_WAITER = r"""
 import sys
-from trainstatus import StatusStore, _fair
+from trainstatus import StatusStore; from trainstatus._lock import fair as _fair
 _fair._DEFER_AT_MOST = 600.0
 _fair._STALE_NS = 600 * 10**9
 name = sys.argv[2]
@@ -347,7 +347,7 @@ def test_a_lone_writer_never_reads_the_list(tmp_path: Path, monkeypatch: pytest.
 
 _HANDOFF_WAITER = r"""
 import sys, time
-from trainstatus import StatusStore, TrainingStatusLockTimeout, _fair
+from trainstatus import StatusStore, TrainingStatusLockTimeout; from trainstatus._lock import fair as _fair
 _fair._DEFER_AT_MOST = 600.0
 _fair._STALE_NS = 600 * 10**9
 store = StatusStore(sys.argv[1], durable=False, lock_timeout=float(sys.argv[2]))

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from _helpers import read_fresh
 
-import trainstatus._atomic
+import trainstatus._storage.atomic
 from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusWriteError
 
 TIMEOUT = 30.0
@@ -46,7 +46,7 @@ class Writes:
         self.fail: dict[int, Callable[[], BaseException]] = {}  # write number -> error to raise
         self.contents: list[dict[str, Any]] = []  # what each successful write put in the file
         self._lock = threading.Lock()
-        real = trainstatus._atomic.write_atomic
+        real = trainstatus._storage.atomic.write_atomic
 
         def instrumented(target: str, data: bytes, **kwargs: Any) -> Any:
             with self._lock:
@@ -61,7 +61,7 @@ class Writes:
             self.contents.append(json.loads(data))
             return result
 
-        monkeypatch.setattr(trainstatus._atomic, "write_atomic", instrumented)
+        monkeypatch.setattr(trainstatus._storage.atomic, "write_atomic", instrumented)
 
 
 @pytest.fixture
@@ -286,7 +286,7 @@ def test_failed_directory_sync_of_a_group_write_raises_everywhere_but_keeps_the_
         tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "status.json"
     store = StatusStore(path, durable=True)
-    real_sync = trainstatus._atomic.sync_directory
+    real_sync = trainstatus._storage.atomic.sync_directory
     syncs = {"n": 0}
 
     def failing_second_sync(directory: str) -> None:
@@ -295,7 +295,7 @@ def test_failed_directory_sync_of_a_group_write_raises_everywhere_but_keeps_the_
             raise OSError(errno.EIO, "Input/output error")
         real_sync(directory)
 
-    monkeypatch.setattr(trainstatus._atomic, "sync_directory", failing_second_sync)
+    monkeypatch.setattr(trainstatus._storage.atomic, "sync_directory", failing_second_sync)
     with leader_held(store, writes) as leader:
         waiters = queue_sets(store, [(f"w{i}", i) for i in range(3)])
     leader.wait()

@@ -28,12 +28,9 @@ from trainstatus import (
     TrainingStatusMissingWarning,
     TrainingStatusTypeError,
     TrainingStatusValueError,
-    _atomic,
-    _cli_main,
-    _history,
-    _names,
-    _storage,
 )
+from trainstatus._storage import atomic as _atomic, history as _history, filenames as _names, local as _storage
+from trainstatus._cli import main as _cli_main
 
 
 def kept(path: Path) -> list[_history.Version]:
@@ -214,7 +211,7 @@ def test_without_hard_links_the_bytes_are_copied_and_synced(tmp_path: Path, monk
 
 KILLED_BEFORE_RENAME = """
 import os, sys
-from trainstatus import StatusStore, _atomic
+from trainstatus import StatusStore; from trainstatus._storage import atomic as _atomic
 store = StatusStore(sys.argv[1])
 _atomic.replace = lambda temp, target: os._exit(9)  # dies after the link, before the rename
 store.set("wall_height", "lesson_num", 5)

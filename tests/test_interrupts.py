@@ -35,7 +35,9 @@ import pytest
 from _helpers import hold_lock_in_subprocess
 
 from trainstatus import StatusStore, TrainingStatusCorruptWarning
-from trainstatus import _interrupts, _locking, _storage
+from trainstatus import _interrupts
+from trainstatus._lock import path_lock as _locking
+from trainstatus._storage import local as _storage
 
 
 
@@ -616,7 +618,7 @@ def test_one_transaction_object_cannot_be_entered_twice(tmp_path: Path) -> None:
 def test_a_handler_installed_between_two_sets_is_held_back_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``_install`` skips its per-signal look when the handlers are the ones it found last time
     (issue 13): a handler set on another signal in between must still be seen and held back."""
-    from trainstatus import _atomic
+    from trainstatus._storage import atomic as _atomic
 
     store = StatusStore(tmp_path / "status.json")
     store.set("a", "b", 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainstatus import StatusStore, TrainingStatusValueError
-from trainstatus._location import check_location, object_store, url_scheme
+from trainstatus._remote.location import check_location, object_store, url_scheme
 
 SUPPORTED = "trainstatus opens s3://, gs:// and az:// URLs and local paths"
 

@@ -31,8 +31,8 @@ from trainstatus import (
     TrainingStatusLockTimeout,
     TrainingStatusValueError,
     TrainingStatusWriteError,
-    _locking,
 )
+from trainstatus._lock import path_lock as _locking
 
 SPAWN = multiprocessing.get_context("spawn")
 TIMEOUT = 60.0

@@ -24,13 +24,15 @@ from typing import Any
 import pytest
 from _helpers import skip_unless_local_locks
 
-from trainstatus import StatusStore, TrainingStatusWriteError, _atomic, _fair, _mailbox
+from trainstatus import StatusStore, TrainingStatusWriteError
+from trainstatus._storage import atomic as _atomic
+from trainstatus._lock import fair as _fair, mailbox as _mailbox
 
 pytestmark = pytest.mark.skipif(not _fair._HANDOFF, reason="handing over needs Linux's open file description locks")
 
 _WAITER = r"""
 import sys, time
-from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout, _fair, _locking
+from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout; from trainstatus._lock import fair as _fair; from trainstatus._lock import path_lock as _locking
 _fair._DEFER_AT_MOST = 600.0
 _fair._STALE_NS = 600 * 10**9
 if len(sys.argv) > 6:
@@ -307,7 +309,7 @@ def test_many_processes_setting_at_once_lose_no_set(tmp_path: Path) -> None:
 
 _INTERRUPTED_WAITER = r"""
 import sys
-from trainstatus import StatusStore, _fair
+from trainstatus import StatusStore; from trainstatus._lock import fair as _fair
 _fair._DEFER_AT_MOST = 600.0
 _fair._STALE_NS = 600 * 10**9
 store = StatusStore(sys.argv[1])
@@ -368,7 +370,7 @@ def test_ctrl_c_after_a_holder_took_the_request_leaves_memory_to_the_file(tmp_pa
 
 _ONE_SET = r"""
 import os, sys
-from trainstatus import StatusStore, _fair
+from trainstatus import StatusStore; from trainstatus._lock import fair as _fair
 _fair._DEFER_AT_MOST = 600.0
 _fair._STALE_NS = 600 * 10**9
 if len(sys.argv) > 3:  # start looking for a free slot at this one

@@ -35,7 +35,7 @@ from trainstatus import (
     TrainingStatusVersionWarning,
     __version__,
 )
-from trainstatus._storage import LocalFile
+from trainstatus._storage.local import LocalFile
 
 DATA = Path(__file__).resolve().parent / "data" / "mlagents_training_status.json"
 FRESH_METADATA = {"stats_format_version": "0.3.0", "trainstatus_version": __version__}
@@ -848,6 +848,6 @@ def test_only_a_missing_or_torn_checkpoint_pt_is_replaced_on_resume(error: BaseE
     # checkpoint.pt itself is missing or cut short; an error about this machine (CUDA, permissions,
     # I/O) stands, or the fresh model's next save would replace a good file (tests/test_mlagents_learn.py
     # runs the fallback itself on the real path).
-    from trainstatus._mlagents_plugin import _torn_or_missing
+    from trainstatus._mlagents.plugin import _torn_or_missing
 
     assert _torn_or_missing(error) is torn

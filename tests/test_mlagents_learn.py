@@ -250,7 +250,7 @@ def test_a_resume_that_cannot_load_checkpoint_pt_loads_the_newest_listed_one(mla
 KILLED_SAVING = r"""
 import os, sys
 import torch
-from trainstatus import _mlagents_plugin
+from trainstatus._mlagents import plugin as _mlagents_plugin
 if sys.argv[2] == "routed":
     _mlagents_plugin.trainer_types()
 from mlagents.trainers.model_saver import torch_model_saver
@@ -276,7 +276,7 @@ saver.save_checkpoint("Target", 2)
 SAVED_AGAIN = r"""
 import sys
 import torch
-from trainstatus import _mlagents_plugin
+from trainstatus._mlagents import plugin as _mlagents_plugin
 _mlagents_plugin.trainer_types()
 from mlagents.trainers.model_saver import torch_model_saver
 saver = object.__new__(torch_model_saver.TorchModelSaver)

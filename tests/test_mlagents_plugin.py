@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from trainstatus import TrainingStatusError
-from trainstatus import _mlagents_plugin as plugin
+from trainstatus._mlagents import plugin as plugin
 
 import _mlagents_env
 
@@ -182,8 +182,8 @@ def test_entry_points_are_registered_and_load_without_mlagents() -> None:
     found = {(e.group, e.name): e.value for g in ("mlagents.stats_writer", "mlagents.trainer_type")
              for e in importlib.metadata.entry_points(group=g)}
     assert found == {
-        ("mlagents.stats_writer", "trainstatus"): "trainstatus._mlagents_plugin:stats_writers",
-        ("mlagents.trainer_type", "trainstatus"): "trainstatus._mlagents_plugin:trainer_types",
+        ("mlagents.stats_writer", "trainstatus"): "trainstatus._mlagents.plugin:stats_writers",
+        ("mlagents.trainer_type", "trainstatus"): "trainstatus._mlagents.plugin:trainer_types",
     }
     code = ("import sys, importlib.metadata as m\n"
             "fs = [e.load() for g in ('mlagents.stats_writer', 'mlagents.trainer_type') for e in m.entry_points(group=g)]\n"
@@ -196,7 +196,7 @@ def test_a_checkpoint_in_a_folder_mlagents_made_this_run_is_synced_up_to_the_run
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # ML-Agents makes results/<run>/<Behavior>/ in a fresh run: the plugin syncs the file, its
     # folder and the folders above up to the run folder, where the status file's run_logs/ is.
-    import trainstatus._checkpoints as checkpoints
+    import trainstatus._checkpoints.checkpoint_list as checkpoints
 
     from trainstatus import GlobalTrainingStatus, StatusStore
 
@@ -395,7 +395,7 @@ def test_a_refusal_is_loud_and_leaves_mlagents_as_it_was(mla_python: Path, tmp_p
 
 SAVED_STATE = '''
 import json, sys
-from trainstatus import _mlagents_plugin, TrainingStatusTypeError
+from trainstatus import TrainingStatusTypeError; from trainstatus._mlagents import plugin as _mlagents_plugin
 from mlagents.trainers.training_status import GlobalTrainingStatus as G, StatusType
 _mlagents_plugin.trainer_types()
 G.set_parameter_state("Walker", StatusType.ELO, 1250.0)
@@ -444,7 +444,7 @@ import os, sys
 from mlagents.trainers.policy.checkpoint_manager import ModelCheckpoint, ModelCheckpointManager
 original = ModelCheckpointManager.__dict__["add_checkpoint"]
 from trainstatus import GlobalTrainingStatus
-from trainstatus import _mlagents_plugin
+from trainstatus._mlagents import plugin as _mlagents_plugin
 _mlagents_plugin.trainer_types()  # routes the status (and the checkpoint manager)
 if sys.argv[3] == "original":
     ModelCheckpointManager.add_checkpoint = original  # ML-Agents' order: remove, then record
@@ -502,7 +502,7 @@ def test_the_reordered_add_checkpoint_matches_the_installed_mlagents_source(mla_
 SAME_STEP_TWICE = r"""
 import json, os, sys
 from trainstatus import GlobalTrainingStatus
-from trainstatus import _mlagents_plugin
+from trainstatus._mlagents import plugin as _mlagents_plugin
 _mlagents_plugin.trainer_types()
 from mlagents.trainers.policy.checkpoint_manager import ModelCheckpoint, ModelCheckpointManager
 status, folder = sys.argv[1], sys.argv[2]

@@ -1,6 +1,6 @@
 """Status files whose names leave no room for ``.lock``, temp or kept-aside suffixes (222-255 bytes).
 
-Every kind of name beside the status file is made by one rule (``trainstatus._names``); these tests
+Every kind of name beside the status file is made by one rule (``trainstatus._storage.filenames``); these tests
 run the real store, the real lock across processes and the command line on such names, on a real
 directory of this machine's filesystem, whose limit is 255 bytes per name.
 """
@@ -18,16 +18,9 @@ from pathlib import Path
 import pytest
 from _helpers import lock_held_by_another_process, read_fresh, soft_holder
 
-from trainstatus import (
-    StatusStore,
-    TrainingStatusCorruptWarning,
-    TrainingStatusLockTimeout,
-    TrainingStatusReadError,
-    _atomic,
-    _cli,
-    _cli_main,
-    _names,
-)
+from trainstatus import StatusStore, TrainingStatusCorruptWarning, TrainingStatusLockTimeout, TrainingStatusReadError
+from trainstatus._storage import atomic as _atomic, filenames as _names
+from trainstatus._cli import commands as _cli, main as _cli_main
 
 # Byte lengths around the edge: the plain names fit up to 221 (temp: +34), 230 (copy), 246 (lease),
 # 250 (lock); 255 is the longest name a status file can have.
@@ -103,7 +96,7 @@ def test_a_cut_name_is_the_same_in_another_process() -> None:
     # The lock works across processes only if every process makes the same name: no hash seed,
     # no filesystem query, no time in it.
     name = "状" * 82 + ".json"
-    code = "import sys; from trainstatus import _names; n = sys.argv[1]; print(_names.lock_name(n), _names.lease_name(n), _names.copy_stem(n))"
+    code = "import sys; from trainstatus._storage import filenames as _names; n = sys.argv[1]; print(_names.lock_name(n), _names.lease_name(n), _names.copy_stem(n))"
     env = dict(os.environ, PYTHONHASHSEED="12345")
     out = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == [_names.lock_name(name), _names.lease_name(name), _names.copy_stem(name)]

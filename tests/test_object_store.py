@@ -2,7 +2,7 @@
 
 The ``bucket`` fixture (tests/conftest.py) runs each test on moto's S3 server (tests/_s3server.py),
 fake-gcs-server and Azurite (tests/_objectservers.py) in turn, each started once per session: the
-conditional-write protocol (``trainstatus._object_store``) is one, so its tests are too. What only
+conditional-write protocol (``trainstatus._remote.object_store``) is one, so its tests are too. What only
 one backend does (boto3's retries and events, a credentials file, an SDK's error words) is in
 test_s3.py, test_gcs.py and test_azure.py; many processes and a server killed mid-run in
 test_object_store_processes.py. The SDKs are imported at the top on purpose: they are in the
@@ -409,7 +409,7 @@ def dead_endpoint(scheme: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any
     """storage_options naming a loopback port nobody listens on, the SDK's retries cut short."""
     from _objectservers import AZURE_ACCOUNT, AZURE_KEY, free_port
 
-    from trainstatus import _azure, _gcs
+    from trainstatus._remote import azure as _azure, gcs as _gcs
 
     endpoint = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setattr(_gcs, "_READ_RETRY_S", 0.2)
@@ -435,7 +435,7 @@ def test_writes_while_the_server_is_gone_fail_clearly_and_keep_memory(server_cla
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import _objectservers
 
-    from trainstatus import _azure, _gcs
+    from trainstatus._remote import azure as _azure, gcs as _gcs
 
     monkeypatch.setattr(_gcs, "_READ_RETRY_S", 0.2)
     monkeypatch.setattr(_azure, "_READ_RETRIES", 0)
@@ -472,9 +472,9 @@ def test_lock_and_history_options_are_refused_naming_the_store(bucket: Any) -> N
 
 def test_the_probe_of_conditional_writes_passes_once_per_endpoint_and_leaves_nothing(bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Each server refuses a stale condition (this module's first test), so the probe
-    # (trainstatus._probe, tested in depth on S3 in test_probe.py) must pass on each, once per
+    # (trainstatus._remote.probe, tested in depth on S3 in test_probe.py) must pass on each, once per
     # endpoint and process, through each adapter's own requests and delete.
-    from trainstatus import _probe
+    from trainstatus._remote import probe as _probe
 
     probed: list[str] = []
     real = _probe._probe
@@ -495,7 +495,8 @@ def test_a_server_that_ignores_conditional_writes_is_refused_on_every_backend(bu
     # GCS's query parameter) applies every write: the first write must be refused, nothing written.
     from _s3proxy import Proxy
 
-    from trainstatus import TrainingStatusBackendError, _probe
+    from trainstatus import TrainingStatusBackendError
+    from trainstatus._remote import probe as _probe
 
     monkeypatch.setattr(_probe, "_honoured", set())
     with Proxy(bucket.endpoint_url, strip=("If-Match", "If-None-Match"), strip_query=("ifGenerationMatch",)) as proxy:

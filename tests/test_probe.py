@@ -26,9 +26,9 @@ from trainstatus import (
     TrainingStatusTypeError,
     TrainingStatusValueError,
     TrainingStatusWriteError,
-    _probe,
 )
-from trainstatus._s3 import S3Object
+from trainstatus._remote import probe as _probe
+from trainstatus._remote.s3 import S3Object
 
 CONDITIONS = ("If-Match", "If-None-Match")
 # The probe's requests on a server that honours the condition, in order, with the condition each carries.
@@ -254,7 +254,7 @@ def test_a_server_down_during_the_probe_is_a_write_error_not_a_refusal(s3: Bucke
 
 def test_a_server_that_refuses_every_conditional_write_is_refused_at_once(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
     # Without the probe such a store would retry for lock_timeout and raise a conflict error.
-    from trainstatus._storage import Conflict
+    from trainstatus._storage.local import Conflict
 
     real = S3Object.replace
 

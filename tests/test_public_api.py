@@ -211,9 +211,9 @@ def test_the_package_s_imports_form_no_circle() -> None:
     """What two modules share belongs in a third below both (the lock-timeout message once lived in
     ``_cli`` and was imported back by ``_cli_base``, which ``_cli`` imports)."""
     graph = _import_graph()
-    assert {"trainstatus._cli", "trainstatus._cli_base", "trainstatus._cli_main", "trainstatus._cli_parser"} <= graph.keys()
-    assert "trainstatus._cli" in graph["trainstatus._cli_parser"]  # the dispatch table is seen
-    assert "trainstatus._cli_read" in graph["trainstatus._cli_main"]  # and show's own, without argparse
+    assert {"trainstatus._cli.commands", "trainstatus._cli.base", "trainstatus._cli.main", "trainstatus._cli.parser"} <= graph.keys()
+    assert "trainstatus._cli.commands" in graph["trainstatus._cli.parser"]  # the dispatch table is seen
+    assert "trainstatus._cli.read" in graph["trainstatus._cli.main"]  # and show's own, without argparse
     assert _circle(graph) is None
 
 

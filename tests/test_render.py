@@ -12,10 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
-from trainstatus import StatusStore, _render
-from trainstatus._codec import Entry, encode_loaded, render
+from trainstatus import StatusStore
+from trainstatus._codec import renderer as _render
+from trainstatus._codec.values import Entry, encode_loaded, render
 from trainstatus._document import apply  # what the store does to make the next document
-from trainstatus._render import Renderer
+from trainstatus._codec.renderer import Renderer
 
 Document = dict[str, dict[str, Entry]]
 Pending = dict[tuple[str, str], "Entry | None"]

@@ -392,7 +392,7 @@ def _open_and_set(url: str, options: dict[str, Any], done: Any) -> None:
 def test_a_child_forked_while_a_client_is_being_made_does_not_hang(s3: Bucket) -> None:
     import multiprocessing
 
-    from trainstatus import _s3
+    from trainstatus._remote import s3 as _s3
 
     context = multiprocessing.get_context("fork")
     done = context.Event()

@@ -34,12 +34,8 @@ import _crashsim
 import pytest
 from _helpers import read_fresh
 
-from trainstatus import (
-    StatusStore,
-    TrainingStatusCorruptWarning,
-    TrainingStatusWriteError,
-    _storage,
-)
+from trainstatus import StatusStore, TrainingStatusCorruptWarning, TrainingStatusWriteError
+from trainstatus._storage import local as _storage
 
 SOURCE = os.path.basename(__file__)
 NAME = "status.json"

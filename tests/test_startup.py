@@ -26,7 +26,7 @@ from trainstatus import StatusStore
 # (and the re it imports) by type checkers alone.
 NOT_FOR_THE_STORE_CLASS = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "json", "hashlib", "datetime", "copy",
-    "random", "trainstatus._s3", "shutil", "argparse", "pickle", "numpy", "boto3", "traceback", "tokenize",
+    "random", "trainstatus._remote.s3", "shutil", "argparse", "pickle", "numpy", "boto3", "traceback", "tokenize",
     "subprocess", "tempfile", "typing", "re",
 )
 # show reads with Python's json alone and prints: no codec, no store, no lock; a plain `show PATH` is
@@ -34,9 +34,9 @@ NOT_FOR_THE_STORE_CLASS = (
 # where it is used, does not find the terminal's width through shutil (which imports bz2, lzma, zlib).
 NOT_FOR_SHOW = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "hashlib", "datetime", "copy", "random",
-    "shutil", "bz2", "lzma", "zlib", "fnmatch", "trainstatus._codec", "trainstatus._store", "trainstatus._s3",
-    "trainstatus._storage", "trainstatus._cli", "pickle", "numpy", "traceback", "subprocess", "tempfile",
-    "argparse", "gettext", "locale", "trainstatus._cli_parser", "shlex", "signal", "math",
+    "shutil", "bz2", "lzma", "zlib", "fnmatch", "trainstatus._codec.values", "trainstatus._store", "trainstatus._remote.s3",
+    "trainstatus._storage.local", "trainstatus._cli.commands", "pickle", "numpy", "traceback", "subprocess", "tempfile",
+    "argparse", "gettext", "locale", "trainstatus._cli.parser", "shlex", "signal", "math",
 )
 
 
@@ -82,7 +82,7 @@ def test_show_loads_no_heavy_module(tmp_path: Path) -> None:
     )
     modules = loaded_after(code, "show", str(status))
     assert imported(modules, NOT_FOR_SHOW) == []
-    assert "trainstatus._cli_read" in modules
+    assert "trainstatus._cli.read" in modules
 
 
 # Arguments that argparse reads in different ways: options of show, their abbreviations and
@@ -94,7 +94,7 @@ _TOKENS = ("show", "get", "f.json", "s3://b/k", "--json", "--js", "--json=1", "-
 def _argparse_reads(argv: list[str]) -> dict[str, object] | None:
     """What the full parser makes of ``argv`` (the command named, not its object), or None when it
     refuses it."""
-    from trainstatus._cli_parser import _parser
+    from trainstatus._cli.parser import _parser
 
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -107,7 +107,7 @@ def _argparse_reads(argv: list[str]) -> dict[str, object] | None:
 def test_a_plain_show_is_read_as_argparse_reads_it() -> None:
     """Every command line ``_plain_show`` reads without argparse (any argument of ``_TOKENS`` after
     show, up to three) is one argparse reads, to the same attributes; the rest are left to argparse."""
-    from trainstatus._cli_main import _plain_show
+    from trainstatus._cli.main import _plain_show
 
     accepted = []
     for count in range(4):
@@ -128,7 +128,7 @@ def test_the_help_is_as_wide_as_shutil_says(monkeypatch: pytest.MonkeyPatch, col
     """The width argparse's formatter is given is the one it would have asked shutil for."""
     import shutil
 
-    from trainstatus import _cli_parser
+    from trainstatus._cli import parser as _cli_parser
 
     if columns:
         monkeypatch.setenv("COLUMNS", columns)
@@ -148,4 +148,4 @@ def test_debug_records_reach_logging_once_the_program_imports_it(tmp_path: Path,
     with caplog.at_level(logging.DEBUG, logger="trainstatus"), StatusStore(tmp_path / "s.json") as store:
         store.set("a", "k", 1)
     wrote = [r for r in caplog.records if r.name == "trainstatus" and r.getMessage().startswith("wrote ")]
-    assert wrote and wrote[0].module == "_storage", [(r.module, r.getMessage()) for r in caplog.records]
+    assert wrote and wrote[0].module == "local", [(r.module, r.getMessage()) for r in caplog.records]

@@ -1,4 +1,4 @@
-"""The storage seam (trainstatus._storage): LocalFile on a real filesystem, and Memory.
+"""The storage seam (trainstatus._storage.local): LocalFile on a real filesystem, and Memory.
 
 Reading, change detection and the inode pin, keeping a damaged file aside, leftovers of killed
 writers (with the lock held by another process), symlinked status files, unreadable paths.
@@ -29,8 +29,9 @@ from typing import Any
 import pytest
 from _helpers import lock_held_by_another_process, read_fresh
 
-from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError, _atomic, _history, _names, _storage
-from trainstatus._storage import LocalFile, Memory, Storage
+from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError
+from trainstatus._storage import atomic as _atomic, history as _history, filenames as _names, local as _storage
+from trainstatus._storage.local import LocalFile, Memory, Storage
 
 STAMP = r"\d{8}T\d{6}\.\d{6}Z"
 HEX16 = "0123456789abcdef"
@@ -820,7 +821,7 @@ def test_a_descriptor_pyfakefs_opened_is_closed_at_once_in_the_callers_thread() 
     # a fake descriptor closed meanwhile by the background closer's thread closed a real file with
     # that number (the crash examples lost pytest's capture file, "lost sys.stderr", in 3 runs of
     # 6). Such descriptors are closed at once, by the thread that retires them.
-    from trainstatus import _storage
+    from trainstatus._storage import local as _storage
 
     calls: list[tuple[int, str]] = []
 

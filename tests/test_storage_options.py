@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainstatus import TrainingStatusTypeError, TrainingStatusValueError
-from trainstatus._s3 import S3Object, is_s3_url
+from trainstatus._remote.s3 import S3Object, is_s3_url
 
 # Nothing listens here: opening reads the object, so these tests build the storage alone.
 URL = "s3://bucket-name/run/run_logs/training_status.json"
@@ -98,7 +98,7 @@ GS_URL = "gs://bucket-name/run/run_logs/training_status.json"
 def test_gcs_options_reach_the_client() -> None:
     import google.auth.credentials
 
-    from trainstatus._gcs import GCSObject
+    from trainstatus._remote.gcs import GCSObject
 
     storage = GCSObject(GS_URL, {"endpoint_url": "http://127.0.0.1:9", "project": "my-project", "token": "anon"})
     client = storage._make_client()
@@ -111,7 +111,7 @@ def test_gcs_options_reach_the_client() -> None:
 
 
 def test_gcs_token_of_a_service_account_file_and_dict(tmp_path: Path) -> None:
-    from trainstatus._gcs import GCSObject
+    from trainstatus._remote.gcs import GCSObject
 
     info = {"type": "service_account", "project_id": "p", "private_key_id": "1", "private_key": _private_key(),
             "client_email": "sa@p.iam.gserviceaccount.com", "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token"}
@@ -145,7 +145,7 @@ GCS_BAD = [
 @pytest.mark.parametrize(("options", "error", "message"), GCS_BAD, ids=[next(iter(o)) + "=" + repr(next(iter(o.values())))
                                                                          for o, _, _ in GCS_BAD])
 def test_a_bad_gcs_option_is_refused_at_open_by_name(options: dict[str, object], error: type[Exception], message: str) -> None:
-    from trainstatus._gcs import GCSObject
+    from trainstatus._remote.gcs import GCSObject
 
     with pytest.raises(error) as caught:
         GCSObject(GS_URL, options)
@@ -154,7 +154,7 @@ def test_a_bad_gcs_option_is_refused_at_open_by_name(options: dict[str, object],
 
 
 def test_a_gcs_token_google_auth_refuses_is_named_without_its_secret() -> None:
-    from trainstatus._gcs import GCSObject
+    from trainstatus._remote.gcs import GCSObject
 
     with pytest.raises(TrainingStatusValueError) as caught:
         GCSObject(GS_URL, {"token": {"type": "service_account", "private_key": "SECRET-VALUE"}})
@@ -166,7 +166,7 @@ def test_a_gcs_token_google_auth_refuses_is_named_without_its_secret() -> None:
 
 @pytest.mark.parametrize("url", ["gs://", "gs://bucket", "gs://bucket/", "gcs:///key", "gs://bucket/dir/"])
 def test_a_gcs_url_without_bucket_or_object_is_refused(url: str) -> None:
-    from trainstatus._gcs import GCSObject
+    from trainstatus._remote.gcs import GCSObject
 
     with pytest.raises(TrainingStatusValueError) as caught:
         GCSObject(url, {})
@@ -192,7 +192,7 @@ KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr
      "http://127.0.0.1:9/devstoreaccount1/", "run/run_logs/training_status.json"),
 ])
 def test_azure_urls_and_options_reach_the_client(url: str, options: dict[str, object], account_url: str, name: str) -> None:
-    from trainstatus._azure import AzureBlob
+    from trainstatus._remote.azure import AzureBlob
 
     storage = AzureBlob(url, options)
     assert storage._client.url.partition("?")[0] == account_url
@@ -203,7 +203,7 @@ def test_azure_urls_and_options_reach_the_client(url: str, options: dict[str, ob
 def test_azure_credentials_take_the_kind_given() -> None:
     from azure.core.credentials import AzureSasCredential
 
-    from trainstatus._azure import AzureBlob
+    from trainstatus._remote.azure import AzureBlob
 
     with_key = AzureBlob(AZ_URL, {"account_name": "acct", "account_key": KEY})._client.credential
     assert (with_key.account_name, with_key.account_key) == ("acct", KEY)  # the SDK's shared-key policy
@@ -212,7 +212,7 @@ def test_azure_credentials_take_the_kind_given() -> None:
 
 
 def test_without_options_azure_takes_adlfs_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainstatus._azure import AzureBlob
+    from trainstatus._remote.azure import AzureBlob
 
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "envacct")
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", KEY)
@@ -251,7 +251,7 @@ AZ_BAD = [
 @pytest.mark.parametrize(("options", "error", "message"), AZ_BAD, ids=[",".join(o) or "none" for o, _, _ in AZ_BAD])
 def test_a_bad_azure_option_is_refused_at_open_by_name(options: dict[str, object], error: type[Exception], message: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainstatus._azure import AzureBlob
+    from trainstatus._remote.azure import AzureBlob
 
     for variable in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY",
                      "AZURE_STORAGE_SAS_TOKEN"):
@@ -264,7 +264,7 @@ def test_a_bad_azure_option_is_refused_at_open_by_name(options: dict[str, object
 
 
 def test_an_account_in_the_url_and_another_in_the_options_is_refused() -> None:
-    from trainstatus._azure import AzureBlob
+    from trainstatus._remote.azure import AzureBlob
 
     url = "abfs://container@acct.dfs.core.windows.net/ts.json"
     with pytest.raises(TrainingStatusValueError) as caught:
@@ -277,7 +277,7 @@ def test_an_account_in_the_url_and_another_in_the_options_is_refused() -> None:
 @pytest.mark.parametrize("url", ["az://", "az://container", "abfs://container/", "abfss:///blob", "az://c/dir/",
                                  "abfs://@acct.dfs.core.windows.net/ts.json", "abfs://c@/ts.json"])
 def test_an_azure_url_without_container_or_blob_is_refused(url: str) -> None:
-    from trainstatus._azure import AzureBlob
+    from trainstatus._remote.azure import AzureBlob
 
     with pytest.raises(TrainingStatusValueError) as caught:
         AzureBlob(url, {"account_name": "acct"})

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 import trainstatus
-import trainstatus._atomic
+import trainstatus._storage.atomic
 from trainstatus import (
     STATUS_FORMAT_VERSION,
     StatusStore,
@@ -54,13 +54,13 @@ def write_foreign(path: Path, document: dict[str, Any]) -> None:
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every call of the atomic write protocol, by target path."""
     calls: list[str] = []
-    real = trainstatus._atomic.write_atomic
+    real = trainstatus._storage.atomic.write_atomic
 
     def counting(target: str, data: bytes, **kwargs: Any) -> Any:
         calls.append(target)
         return real(target, data, **kwargs)
 
-    monkeypatch.setattr(trainstatus._atomic, "write_atomic", counting)
+    monkeypatch.setattr(trainstatus._storage.atomic, "write_atomic", counting)
     return calls
 
 
@@ -652,14 +652,14 @@ def test_an_interrupt_around_the_rename_never_brings_an_old_value_back(tmp_path:
     path = tmp_path / "status.json"
     store = StatusStore(path)
     store.set("w", "lesson", 1)
-    real = trainstatus._atomic.write_atomic
+    real = trainstatus._storage.atomic.write_atomic
 
     def replaced_then_interrupted(*args: Any, **kwargs: Any) -> Any:
         fd, _ = real(*args, **kwargs)
         os.close(fd)
         raise KeyboardInterrupt  # after the rename, before the store learns of it
 
-    monkeypatch.setattr(trainstatus._atomic, "write_atomic", replaced_then_interrupted)
+    monkeypatch.setattr(trainstatus._storage.atomic, "write_atomic", replaced_then_interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.set("w", "lesson", 2)
     monkeypatch.undo()

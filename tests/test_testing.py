@@ -26,7 +26,7 @@ from trainstatus import (
     TrainingStatusValueError,
     TrainingStatusWarning,
 )
-from trainstatus._testing_interpose import Call, Hook, Interposer
+from trainstatus._testing.interpose import Call, Hook, Interposer
 from trainstatus.testing import (
     POINTS,
     CrashPoint,
@@ -719,7 +719,7 @@ def current_umask() -> int:
 
 
 def test_on_python_3_10_an_incomplete_recording_names_pathlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("trainstatus._testing_record._PATHLIB_ACCESSOR", True)
+    monkeypatch.setattr("trainstatus._testing.record._PATHLIB_ACCESSOR", True)
 
     def run() -> None:
         os.symlink("elsewhere", tmp_path / "made-unseen")

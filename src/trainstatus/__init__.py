@@ -35,18 +35,18 @@ from ._version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
 if TYPE_CHECKING:
-    from ._checkpoints import CheckpointList
+    from ._checkpoints.checkpoint_list import CheckpointList
     from ._load import STATUS_FORMAT_VERSION
-    from ._mlagents import GlobalTrainingStatus, StatusMetaData, StatusType
+    from ._mlagents.status import GlobalTrainingStatus, StatusMetaData, StatusType
     from ._store import StatusStore
 
 # Where each name imported on first use lives.
 _LAZY = {
-    "CheckpointList": "._checkpoints",
+    "CheckpointList": "._checkpoints.checkpoint_list",
     "STATUS_FORMAT_VERSION": "._load",
-    "GlobalTrainingStatus": "._mlagents",
-    "StatusMetaData": "._mlagents",
-    "StatusType": "._mlagents",
+    "GlobalTrainingStatus": "._mlagents.status",
+    "StatusMetaData": "._mlagents.status",
+    "StatusType": "._mlagents.status",
     "StatusStore": "._store",
 }
 

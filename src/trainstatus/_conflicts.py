@@ -21,7 +21,7 @@ import time
 
 from . import _interrupts
 from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
-from ._codec import Entry
+from ._codec.values import Entry
 from ._document import ALL
 from ._errors import TrainingStatusConflictError, TrainingStatusReadError
 from ._load import METADATA

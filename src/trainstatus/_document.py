@@ -22,11 +22,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tak
 if TYPE_CHECKING:
     from typing import Any
 
-from ._codec import Entry, check_name, decode, encode_loaded, encode_value
+from ._codec.values import Entry, check_name, decode, encode_loaded, encode_value
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
 from ._load import METADATA, STATUS_FORMAT_VERSION, Document, is_newer_format
-from ._render import Renderer
-from ._storage import Storage
+from ._codec.renderer import Renderer
+from ._storage.local import Storage
 from ._version import __version__
 
 OWN_METADATA = ("stats_format_version", "trainstatus_version")

@@ -264,7 +264,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def _ours(filename: str) -> bool:
     path = os.path.abspath(filename)
-    if os.path.dirname(path) == _PACKAGE_DIR:
+    directory = os.path.dirname(path)
+    # The package's modules and those of its private subpackages (_cli/, _storage/, ...).
+    if directory == _PACKAGE_DIR or (os.path.dirname(directory) == _PACKAGE_DIR
+                                     and os.path.basename(directory).startswith("_")):
         return True
     # contextlib's frames sit between a ``with store.transaction():`` block and our code (a
     # warning is issued from a store, which imported contextlib long before).

@@ -20,7 +20,8 @@ import contextlib
 import threading
 import time
 
-from . import _interrupts, _mailbox
+from . import _interrupts
+from ._lock import mailbox as _mailbox
 from ._committing import _Committing
 from ._document import Change, apply
 from ._errors import TrainingStatusError

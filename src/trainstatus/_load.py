@@ -33,7 +33,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, for the names only type checkers 
 if TYPE_CHECKING:
     from typing import Any
 
-    from ._codec import Entry
+    from ._codec.values import Entry
 # The codec (and orjson, 30 ms to import) is imported by the first load_document, not here:
 # ``trainstatus show`` and ``get`` read with load_values, which needs only Python's json.
 
@@ -282,7 +282,7 @@ def _kind(value: Any) -> str:
 
 def load_document(data: bytes) -> Document:
     """Parse and validate a whole file; raise ``Corrupt`` when it is not a status document."""
-    from . import _codec
+    from ._codec import values as _codec
 
     if len(data) >= _codec.PAUSE_FROM:
         with _codec.collector_paused():  # a big file: see _codec.collector_paused

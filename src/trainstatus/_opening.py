@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 
-from . import _history
+from ._storage import history as _history
 from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
-from ._checkpoint_files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
-from ._codec import decode
+from ._checkpoints.files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
+from ._codec.values import decode
 from ._errors import (
     TrainingStatusCorruptError,
     TrainingStatusCorruptWarning,

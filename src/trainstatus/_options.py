@@ -13,11 +13,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tak
 if TYPE_CHECKING:
     from typing import Any
 
-from . import _locking
+from ._lock import path_lock as _locking
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
-from ._location import check_location
-from ._backends import object_store_url, open_object_store
-from ._storage import LocalFile, Storage
+from ._remote.location import check_location
+from ._remote.backends import object_store_url, open_object_store
+from ._storage.local import LocalFile, Storage
 
 
 def _path_option(path: Any) -> str:

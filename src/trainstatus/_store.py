@@ -29,14 +29,14 @@ import weakref
 from collections.abc import Callable, Mapping
 
 from . import _fork, _interrupts
-from ._codec import decode, encode_value
+from ._codec.values import decode, encode_value
 from ._committing import retold
 from ._conflicts import FIRST_BACKOFF, _StaleRead
 from ._document import ALL, as_name
 from ._errors import TrainingStatusError
 from ._load import METADATA
 from ._options import DEFAULT_HISTORY, check_lock_timeout, open_storage
-from ._storage import Storage
+from ._storage.local import Storage
 from ._transactions import _Transaction, _Transactions
 
 __all__ = ["DEFAULT_HISTORY", "StatusStore"]

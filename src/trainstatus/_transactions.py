@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from . import _interrupts, _locking
-from ._codec import Entry
+from . import _interrupts
+from ._lock import path_lock as _locking
+from ._codec.values import Entry
 from ._errors import TrainingStatusError
 from ._group_commit import _GroupCommit
 

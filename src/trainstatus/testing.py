@@ -24,8 +24,8 @@ Everything works on a real folder (``tmp_path``) and under pyfakefs' ``fs`` fixt
 need. Local status files only (not ``s3://``).
 """
 
-from ._testing_fs import FsState as DirectoryState
-from ._testing_kill import (
+from ._testing.fs import FsState as DirectoryState
+from ._testing.kill import (
     POINTS,
     CrashPoint,
     Kill,
@@ -37,7 +37,7 @@ from ._testing_kill import (
     every_crash,
     kill_at,
 )
-from ._testing_power import IncompleteRecording, Op as Operation, PowerLoss, Recording, power_losses
+from ._testing.power import IncompleteRecording, Op as Operation, PowerLoss, Recording, power_losses
 
 __all__ = [
     "POINTS",

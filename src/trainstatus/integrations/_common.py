@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import _history
-from .._checkpoints import CHECKPOINTS, CheckpointList
+from .._storage import history as _history
+from .._checkpoints.checkpoint_list import CHECKPOINTS, CheckpointList
 from .._store import StatusStore
 
 

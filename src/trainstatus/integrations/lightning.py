@@ -32,8 +32,8 @@ from typing import Any
 
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
-from .. import _atomic, _names
-from .._checkpoints import CheckpointList, sync_folders_above
+from .._storage import atomic as _atomic, filenames as _names
+from .._checkpoints.checkpoint_list import CheckpointList, sync_folders_above
 from .._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusTypeError
 from .._store import StatusStore
 from ._common import drop, newest_whole, remove_stale_temps

@@ -32,8 +32,8 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
-from .. import _atomic, _names
-from .._checkpoints import CheckpointList, sync_folders_above
+from .._storage import atomic as _atomic, filenames as _names
+from .._checkpoints.checkpoint_list import CheckpointList, sync_folders_above
 from .._errors import (
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
@@ -213,7 +213,7 @@ def _status_path(save_path: str, status_path: str | os.PathLike[str] | None) -> 
 def _write_atomically(target: str, save: Callable[[io.BufferedWriter, str], object]) -> None:
     """Run ``save(file, temp_path)`` into a temp file beside ``target``, then make it ``target``.
 
-    The write protocol of ``trainstatus._atomic`` (temp in the same folder, fsync, rename, folder
+    The write protocol of ``trainstatus._storage.atomic`` (temp in the same folder, fsync, rename, folder
     fsync), with the temp file created under the process's umask, as SB3's own ``open`` would.
     On any failure the temp file is removed and the first error re-raised; ``target`` is untouched.
     """

@@ -39,14 +39,9 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .._checkpoint_files import FILES, _faults
-from .._checkpoints import CheckpointList
-from .._errors import (
-    TrainingStatusCheckpointError,
-    TrainingStatusCheckpointWarning,
-    TrainingStatusTypeError,
-    warn,
-)
+from .._checkpoints.files import FILES, _faults
+from .._checkpoints.checkpoint_list import CheckpointList
+from .._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusTypeError, warn
 from .._store import StatusStore
 from ._common import drop, newest_whole
 
