@@ -19,7 +19,7 @@ def _interrupted(signum: int, frame: object) -> None:
     os._exit(130)  # nothing to unwind: no command has started
 
 
-_interrupted.trainstatus_early = True  # type: ignore[attr-defined]  # _cli_base.run replaces it
+_interrupted.trainstatus_early = True  # type: ignore[attr-defined]  # _cli.base.run replaces it
 
 
 def install() -> None:

@@ -28,7 +28,7 @@ STEPS = ("open_temp", "write_all", "set_mode", "sync_file", "replace", "sync_dir
 BEFORE_RENAME = STEPS[:-1]
 ERRNOS = (errno.EIO, errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EDQUOT)
 
-# Copied from _storage.LocalFile._write_error: the messages are part of the spec.
+# Copied from _storage.messages.write_error: the messages are part of the spec.
 HINTS = {
     errno.ENOSPC: "the disk is full; free some space",
     errno.EDQUOT: "free some space or raise the quota",

@@ -1,4 +1,4 @@
-"""Checkpoint folders and recorded sizes (_checkpoint_files.py, and their use in _checkpoints.py).
+"""Checkpoint folders and recorded sizes (_checkpoints/files.py, and their use in CheckpointList).
 
 A checkpoint may be a folder (Transformers' ``checkpoint-500/``): the entry lists the folder as
 ``file_path`` and every file in it, with its size, in ``files``. Plain files get their sizes there
@@ -17,9 +17,9 @@ import pytest
 from _helpers import read_fresh, write
 
 from trainstatus import CheckpointList, StatusStore, TrainingStatusCheckpointWarning
-from trainstatus._cli import commands as _cli, main as _cli_main
+from trainstatus._cli import base as _cli, main as _cli_main
 from trainstatus._checkpoints.files import changed_files
-from trainstatus._checkpoints.checkpoint_list import missing_files
+from trainstatus._checkpoints.files import missing_files
 
 FOLDER = {"model.safetensors": b"w" * 10, "trainer_state.json": b"{}", "optim/state.pt": b"o" * 3}
 
@@ -64,7 +64,7 @@ def test_a_folder_is_recorded_with_each_file_and_its_size(tmp_path: Path, store:
 
 def test_every_file_and_folder_of_a_checkpoint_folder_is_synced_before_the_record(
         tmp_path: Path, store: StatusStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._checkpoints.checkpoint_list as module
+    import trainstatus._checkpoints.folders as module
 
     synced: list[tuple[str, bool, bool]] = []  # (path, directory, recorded yet)
     real = module._fsync
@@ -86,7 +86,7 @@ def test_every_file_and_folder_of_a_checkpoint_folder_is_synced_before_the_recor
 
 def test_a_folder_synced_by_the_caller_is_recorded_with_its_sizes_and_not_synced_again(
         tmp_path: Path, store: StatusStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._checkpoints.checkpoint_list as module
+    import trainstatus._checkpoints.folders as module
 
     synced: list[str] = []
     monkeypatch.setattr(module, "_fsync", lambda path, directory=False: synced.append(path))

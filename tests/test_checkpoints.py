@@ -1,4 +1,4 @@
-"""CheckpointList (_checkpoints.py): the list never names a file that is gone.
+"""CheckpointList (_checkpoints/): the list never names a file that is gone.
 
 Unit behaviour on the real filesystem; the order of a save (files synced before the record, old
 files removed only after it, only files nothing lists any more); ML-Agents interop, with the sample
@@ -41,7 +41,7 @@ from trainstatus import (
     TrainingStatusWriteError,
 )
 from trainstatus._checkpoints.files import describe_missing
-from trainstatus._checkpoints.checkpoint_list import missing_files
+from trainstatus._checkpoints.files import missing_files
 
 TESTS = Path(__file__).resolve().parent
 DATA = TESTS / "data" / "mlagents_training_status.json"
@@ -1043,7 +1043,7 @@ def test_the_writer_content_and_check_agree(tmp_path: Path) -> None:
 
 
 def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from trainstatus._cli import commands as _cli, main as _cli_main
+    from trainstatus._cli import base as _cli, main as _cli_main
 
     models = tmp_path / "results" / "run1" / "Walker"
     models.mkdir(parents=True)
@@ -1121,7 +1121,7 @@ def test_a_checkpoint_in_a_new_folder_is_listed_only_with_its_folder_after_a_pow
 
 def _synced_folders(monkeypatch: pytest.MonkeyPatch, refuse: str | None = None, error: int = errno.EACCES) -> list[str]:
     """Record the folders CheckpointList fsyncs; ``refuse`` one of them (as a 711 folder would)."""
-    import trainstatus._checkpoints.checkpoint_list as module
+    import trainstatus._checkpoints.folders as module
 
     synced: list[str] = []
     real = module._fsync
@@ -1166,7 +1166,7 @@ def test_a_folder_above_that_cannot_be_opened_does_not_stop_the_record(
 
 
 def test_nothing_above_is_synced_for_a_status_that_is_no_local_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainstatus._checkpoints.checkpoint_list as module
+    import trainstatus._checkpoints.folders as module
 
     write(tmp_path, "models/a.onnx")
     synced = _synced_folders(monkeypatch)

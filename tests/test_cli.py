@@ -157,7 +157,8 @@ def test_python_dash_m_is_the_same_program(tmp_path: Path) -> None:
 
 
 def test_importing_the_command_line_does_not_import_numpy() -> None:
-    code = "import sys, trainstatus._cli.commands; print('numpy' in sys.modules)"
+    code = ("import sys, trainstatus._cli.write, trainstatus._cli.check, trainstatus._cli.corrupt; "
+            "print('numpy' in sys.modules)")
     assert run(command=[sys.executable, "-c", code]) == Result(0, "False\n", "")
 
 
@@ -990,7 +991,9 @@ def test_help_and_usage_errors_load_no_store_and_the_lock_modes_agree() -> None:
         "    main(sys.argv[1:])\n"
         "except SystemExit as exc:\n"
         "    status = exc.code\n"
-        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._store', 'trainstatus._cli.commands') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._store', 'trainstatus._cli.write', "
+        "'trainstatus._cli.check', 'trainstatus._cli.corrupt', 'trainstatus._cli.target', 'trainstatus._cli.values') "
+        "if m in sys.modules)\n"
         "print(status, heavy)\n"
     )
     for argv, status in ((["--help"], 0), (["show", "--help"], 0), (["diff", "--help"], 0), (["nosuch"], 2)):
@@ -1008,8 +1011,9 @@ def test_show_and_get_read_with_json_alone(tmp_path: Path) -> None:
         "from trainstatus._cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "    status = main(sys.argv[1:])\n"
-        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._codec.values', 'trainstatus._store', 'trainstatus._cli.commands') "
-        "if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('orjson', 'filelock', 'trainstatus._codec.values', 'trainstatus._store', "
+        "'trainstatus._cli.write', 'trainstatus._cli.check', 'trainstatus._cli.corrupt', 'trainstatus._cli.target', "
+        "'trainstatus._cli.values') if m in sys.modules)\n"
         "print(status, heavy, out.getvalue().count('lesson'))\n"
     )
     for argv, expected in ((["show", str(status)], "0 [] 1"), (["get", str(status), "Walker", "lesson"], "0 [] 0"),
@@ -1022,7 +1026,7 @@ def test_show_and_get_read_with_json_alone(tmp_path: Path) -> None:
 def test_a_value_nested_at_the_stacks_limit_is_a_one_line_error() -> None:
     """set's VALUE is parsed, then parsed again to find repeated keys, two frames deeper: a value
     that fits the first parse but not the second is the same error as one that fits neither."""
-    from trainstatus._cli import commands as _cli
+    from trainstatus._cli import base as _cli_base, values as _cli_values
 
     def nested(depth: int) -> str:
         return "[" * depth + "]" * depth
@@ -1031,9 +1035,9 @@ def test_a_value_nested_at_the_stacks_limit_is_a_one_line_error() -> None:
     outcomes = set()
     for depth in range(limit - 12, limit + 1):
         try:
-            _cli._parse_value(nested(depth))
+            _cli_values._parse_value(nested(depth))
             outcomes.add("parsed")
-        except _cli._Fail as exc:
+        except _cli_base._Fail as exc:
             assert exc.message == "VALUE is nested too deeply to be stored"
             outcomes.add("refused")
     assert outcomes == {"parsed", "refused"}

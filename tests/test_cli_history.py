@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 
 from trainstatus import StatusStore, TrainingStatusWriteError
-from trainstatus._storage import atomic as _atomic, history as _history, local as _storage
+from trainstatus._storage import atomic as _atomic, history as _history, local as _storage, messages as _messages
+from trainstatus._storage.closer import _closer
 from trainstatus._cli import main as _cli_main
 
 
 def kept(path: Path) -> list[_history.Version]:
-    _storage._closer.wait()  # pruning runs on the closer thread
+    _closer.wait()  # pruning runs on the closer thread
     return _history.versions(str(path.parent), path.name)
 
 
@@ -183,7 +184,7 @@ def test_a_full_disk_without_a_history_says_nothing_of_one(tmp_path: Path, monke
                                              (45056, "44.0 KB"), (3 * 2**20 + 2**19, "3.5 MB"),
                                              (5 * 2**30, "5.0 GB")])
 def test_sizes_read_as_people_write_them(size: int, shown: str) -> None:
-    assert _storage.byte_size(size) == shown
+    assert _messages.byte_size(size) == shown
 
 
 def test_history_prune_keeps_the_newest_versions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from trainstatus import StatusStore
-from trainstatus._storage import atomic as _atomic, history as _history, local as _storage
+from trainstatus._storage import atomic as _atomic, history as _history
+from trainstatus._storage.closer import _closer
 from trainstatus._cli import base as _cli_base, main as _cli_main, parser as _cli_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +77,7 @@ def lessons(path: Path, count: int) -> None:
 
 
 def versions(path: Path) -> list[_history.Version]:
-    _storage._closer.wait()
+    _closer.wait()
     return _history.versions(str(path.parent), path.name)
 
 

@@ -28,16 +28,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainstatus import StatusStore, TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
-from trainstatus._codec import values as _codec
-from trainstatus._codec.values import (
-    Entry,
-    decode,
-    encode_loaded,
-    encode_value,
-    entries_from_rendered,
-    parse_document,
-    render,
-)
+from trainstatus._codec import document as _document, encoding as _encoding, json_fallback as _fallback
+from trainstatus._codec import nonfinite as _nonfinite, values as _codec
+from trainstatus._codec.document import entries_from_rendered, parse_document, render
+from trainstatus._codec.encoding import encode_loaded, encode_value
+from trainstatus._codec.values import Entry, decode
 
 NAN = float("nan")
 INF = float("inf")
@@ -565,7 +560,7 @@ def test_property_opening_a_rendered_file_slices_the_bytes_encoding_would_give(d
         # that the file is not orjson's spelling of it.
         spelled = any("NaN" in text or "Infinity" in text for text in strings_of(parsed))
         by_json = any(
-            entry.exotic and _codec._nulled(entry.raw) != _codec._dumps_plain(parsed[c][k])
+            entry.exotic and _document._nulled(entry.raw) != _codec._dumps_plain(parsed[c][k])
             for c, keys in encoded.items() for k, entry in keys.items()
         )
         literal = b"NaN" in data or b"Infinity" in data
@@ -764,10 +759,10 @@ def reference_entry(value: Any) -> Entry:
     option = _codec._NUMPY_OPTIONS if "numpy" in sys.modules else _codec._OPTIONS
     raw = orjson.dumps(value, default=_codec._default, option=option)
     if b"null" in raw:
-        converter = _codec._Plain()
+        converter = _fallback._Plain()
         plain = converter(value)
         if converter.nonfinite:
-            return Entry(_codec._json_dumps(plain), exotic=True)
+            return Entry(_fallback._json_dumps(plain), exotic=True)
     return Entry(raw.replace(b"\n", b"\n    "))
 
 
@@ -805,36 +800,36 @@ def test_property_encoding_is_byte_for_byte_what_it_was(value: Any) -> None:
 def test_property_literals_fast_path_is_checked_not_trusted(value: Any) -> None:
     """``_with_literals`` gives the json-read-back of the value or None, never something else."""
     raw = _codec._dumps_plain(value)
-    fast = _codec._with_literals(value, raw, _codec._dumps_plain)
+    fast = _nonfinite._with_literals(value, raw, _codec._dumps_plain)
     if fast is None:
         return
-    assert json.dumps(json.loads(fast)) == json.dumps(json.loads(_codec._json_dumps(_codec._Plain()(value))))
+    assert json.dumps(json.loads(fast)) == json.dumps(json.loads(_fallback._json_dumps(_fallback._Plain()(value))))
 
 
 def test_literals_fast_path_writes_a_checkpoint_list_and_falls_back_when_unsure(monkeypatch: pytest.MonkeyPatch) -> None:
     checkpoints = [{"steps": i, "reward": NAN if i % 3 == 0 else None, "auxillary_file_paths": ["a.pt"]}
                    for i in range(300)]
     raw = _codec._dumps_plain(checkpoints)
-    fast = _codec._with_literals(checkpoints, raw, _codec._dumps_plain)
+    fast = _nonfinite._with_literals(checkpoints, raw, _codec._dumps_plain)
     assert fast is not None and fast.count(b"NaN") == 100 and fast.count(b"null") == 200
     assert enc(checkpoints) == Entry(fast, exotic=True)
     # A walk that misses a non-finite float (here: every one inside a tuple) leaves orjson's null
     # for it: the counts do not match, and the value takes the slow walk.
-    real = _codec._swap_in
-    monkeypatch.setattr(_codec, "_swap_in", lambda value, tally: value if type(value) is tuple else real(value, tally))
+    real = _nonfinite._swap_in
+    monkeypatch.setattr(_nonfinite, "_swap_in", lambda value, tally: value if type(value) is tuple else real(value, tally))
     for value in ([NAN, (INF,)], {"a": -INF, "b": [(NAN, 1e-7)]}):
         raw = _codec._dumps_plain(value)
-        assert _codec._with_literals(value, raw, _codec._dumps_plain) is None
-        assert enc(value).raw == _codec._json_dumps(value)  # Python's json: 1e-07
+        assert _nonfinite._with_literals(value, raw, _codec._dumps_plain) is None
+        assert enc(value).raw == _fallback._json_dumps(value)  # Python's json: 1e-07
     # Nothing non-finite after all (a null is a None): no fast answer, and the value is no exotic.
-    assert _codec._with_literals([None, 1.5], b"[\n      null,\n      1.5\n    ]", _codec._dumps_plain) is None
+    assert _nonfinite._with_literals([None, 1.5], b"[\n      null,\n      1.5\n    ]", _codec._dumps_plain) is None
     assert enc([None, 1.5]).exotic is False
 
 
 def only_nans(value: Any) -> bytes | None:
-    packed = _codec._marshalled(value)
+    packed = _nonfinite._marshalled(value)
     assert packed is not None
-    return _codec._only_nans(packed, _codec._dumps_plain(value))
+    return _nonfinite._only_nans(packed, _codec._dumps_plain(value))
 
 
 def test_a_value_whose_nulls_are_all_nan_is_written_by_one_replace(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -843,10 +838,10 @@ def test_a_value_whose_nulls_are_all_nan_is_written_by_one_replace(monkeypatch: 
     fast = only_nans(checkpoints)
     assert fast is not None and fast.count(b"NaN") == 200 and b"null" not in fast
     # Byte for byte what the fragments write, and what a set stores.
-    assert fast == _codec._with_literals(checkpoints, _codec._dumps_plain(checkpoints), _codec._dumps_plain)
+    assert fast == _nonfinite._with_literals(checkpoints, _codec._dumps_plain(checkpoints), _codec._dumps_plain)
     assert enc(checkpoints) == Entry(fast, exotic=True)
     # A set takes this way, not the fragments' walk.
-    monkeypatch.setattr(_codec, "_swap_in", lambda value, tally: pytest.fail("walked a value whose nulls are all NaN"))
+    monkeypatch.setattr(_nonfinite, "_swap_in", lambda value, tally: pytest.fail("walked a value whose nulls are all NaN"))
     assert enc(checkpoints) == Entry(fast, exotic=True)
     assert only_nans({"a": [NAN], "b": {"c": NAN}}) == b'{\n      "a": [\n        NaN\n      ],\n      "b": {\n        "c": NaN\n      }\n    }'
 
@@ -874,10 +869,10 @@ def test_property_the_nan_replace_writes_what_the_fragments_write(value: Any) ->
         raw = _codec._dumps_plain(value)
     except TypeError:  # a lone surrogate: orjson writes no such value
         return
-    packed = _codec._marshalled(value)
-    fast = None if packed is None else _codec._only_nans(packed, raw)
+    packed = _nonfinite._marshalled(value)
+    fast = None if packed is None else _nonfinite._only_nans(packed, raw)
     if fast is not None:
-        assert fast == _codec._with_literals(value, raw, _codec._dumps_plain)
+        assert fast == _nonfinite._with_literals(value, raw, _codec._dumps_plain)
 
 
 # -- issue 23: NaN literals by orjson fragments, byte for byte what the pickle stand-ins wrote ------
@@ -959,8 +954,8 @@ def test_nan_values_with_null_in_their_text_stay_on_orjson(monkeypatch: pytest.M
     """Strings holding "null" (which the check counts) and the old stand-ins are no reason for the
     slow walk; a checkpoint list of every kind of literal is what the pickle path wrote."""
     walked: list[Any] = []
-    real = _codec._Plain.__call__
-    monkeypatch.setattr(_codec._Plain, "__call__", lambda self, v: walked.append(v) or real(self, v))
+    real = _fallback._Plain.__call__
+    monkeypatch.setattr(_fallback._Plain, "__call__", lambda self, v: walked.append(v) or real(self, v))
     checkpoints = [{"steps": i, "reward": NONFINITE[i % 6] if i % 2 else None, "path": f"null/{i}.onnx",
                     "aux": (1e-7, [1e16])} for i in range(60)]
     for value in (["null", NAN], {"null": None, "n": -INF}, checkpoints, ("x null", (None, INF))):
@@ -1012,13 +1007,13 @@ def test_finite_values_with_none_stay_on_orjson(value: Any) -> None:
 def test_a_builtin_value_with_none_is_cleared_without_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The point of the marshal check: the Python walk runs only where marshal cannot answer."""
     walked: list[Any] = []
-    real = _codec._Plain.__call__
+    real = _fallback._Plain.__call__
 
     def counting(self: Any, value: Any) -> Any:
         walked.append(value)
         return real(self, value)
 
-    monkeypatch.setattr(_codec._Plain, "__call__", counting)
+    monkeypatch.setattr(_fallback._Plain, "__call__", counting)
     checkpoints = [{"steps": i, "reward": None if i % 3 == 0 else i / 3, "paths": [f"c{i}.onnx"]} for i in range(20)]
     assert not enc(checkpoints).exotic
     assert walked == []
@@ -1069,8 +1064,8 @@ def test_many_lookalike_bytes_still_find_the_nan(count: int) -> None:
     """Negative integers fill marshal's bytes with 0xff, the last byte of a negative NaN; past a
     few, the regex takes over from looking at each: both must find the NaN and clear the rest."""
     # Distinct, and none with a byte that marshal uses for a float's code.
-    ints = [-(1 + 256 * k) for k in range(count) if ~k & 0xFF not in _codec._FLOAT_CODES]
-    assert _codec._probe_nonfinite(_codec._marshalled([None, *ints])) == _codec._NONE_THERE
+    ints = [-(1 + 256 * k) for k in range(count) if ~k & 0xFF not in _nonfinite._FLOAT_CODES]
+    assert _nonfinite._probe_nonfinite(_nonfinite._marshalled([None, *ints])) == _nonfinite._NONE_THERE
     assert not enc([None, *ints]).exotic
     for bad in (-NAN, NAN, -INF):
         entry = enc([None, *ints, bad])
@@ -1156,7 +1151,7 @@ def test_values_without_a_surrogate_never_take_the_json_path(monkeypatch: pytest
     def refuse(value: Any) -> Any:
         raise AssertionError(f"json path taken for {value!r}")
 
-    monkeypatch.setattr(_codec, "_with_surrogates", refuse)
+    monkeypatch.setattr(_encoding, "_with_surrogates", refuse)
     for value in ("é", {"日本": ["\u2028", "\U0001F600"]}, [1, "x"], np.array([1.5], dtype=np.float32)):
         assert not enc(value).exotic
     with pytest.raises(AssertionError, match="json path taken"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainstatus import GlobalTrainingStatus, StatusStore, TrainingStatusError, TrainingStatusTypeError
-from trainstatus._storage import local as _storage
+from trainstatus._storage.closer import _closer
 
 
 def test_get_takes_default_as_a_keyword_and_the_store_takes_path_as_one(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_get_takes_default_as_a_keyword_and_the_store_takes_path_as_one(tmp_path
 def _descriptors_under(folder: Path) -> list[str]:
     """What this process's open descriptors name inside ``folder`` (once the background closer
     has closed what earlier writes retired: close() itself lets go of the rest at once)."""
-    _storage._closer.wait(10)
+    _closer.wait(10)
     names = []
     for fd in os.listdir("/proc/self/fd"):
         try:

@@ -1,4 +1,4 @@
-"""Fair turns for processes waiting on one file lock (``_fair``, ``_locking``; issue 13).
+"""Fair turns for processes waiting on one file lock (``_lock.fair``, ``_lock.descriptor``; issue 13).
 
 Real processes on a real folder: ``flock`` and the registry in the lock file are what is tested.
 """
@@ -23,7 +23,7 @@ import pytest
 from _helpers import hold_lock_in_subprocess, skip_unless_local_locks
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout
-from trainstatus._lock import fair as _fair, path_lock as _locking
+from trainstatus._lock import descriptor as _descriptor, fair as _fair
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -155,7 +155,7 @@ def test_the_wait_in_flock_keeps_the_lock_timeout_and_lets_go_once_given_up(tmp_
 
 def test_under_pyfakefs_the_list_is_not_used(fs: Any) -> None:
     """A fake descriptor must never reach the real pread/pwrite (it would be some real file)."""
-    held = _locking._HeldDescriptor("/run/status.json.lock")
+    held = _descriptor._HeldDescriptor("/run/status.json.lock")
     os.makedirs("/run")
     assert held._registry() is None
     held.acquire(None)

@@ -63,7 +63,7 @@ def os_error(err: int) -> OSError:
 
 
 def read_message(path: Path, err: int) -> str:
-    # Copied from _storage.LocalFile._read_error: the message is part of the spec.
+    # Copied from _storage.messages.read_error: the message is part of the spec.
     return (f"Cannot read {path}: {os.strerror(err)}. The file was left as it is; fix its "
             "permissions or path and open the store again.")
 

@@ -29,12 +29,13 @@ from trainstatus import (
     TrainingStatusTypeError,
     TrainingStatusValueError,
 )
-from trainstatus._storage import atomic as _atomic, history as _history, filenames as _names, local as _storage
+from trainstatus._storage import atomic as _atomic, history as _history, filenames as _names
+from trainstatus._storage.closer import _closer
 from trainstatus._cli import main as _cli_main
 
 
 def kept(path: Path) -> list[_history.Version]:
-    _storage._closer.wait()  # pruning runs on the closer thread
+    _closer.wait()  # pruning runs on the closer thread
     return _history.versions(str(path.parent), path.name)
 
 
@@ -111,7 +112,7 @@ def test_only_the_newest_versions_are_kept_and_pruned_off_the_writers_thread(
     monkeypatch.setattr(_history, "prune_range", prune_range)
     path = tmp_path / "status.json"
     store, written = lessons(path, 12, history=4)
-    _storage._closer.wait(10)
+    _closer.wait(10)
     versions = kept(path)
     assert [v.sequence for v in versions] == [8, 9, 10, 11]
     assert [Path(v.path).read_bytes() for v in versions] == written[7:11]
@@ -127,16 +128,16 @@ def test_versions_another_keep_left_are_pruned_at_once(tmp_path: Path) -> None:
     wide = StatusStore(path, history=6)
     for i in range(8):
         wide.set("wall", "lesson", i)
-    _storage._closer.wait(10)
+    _closer.wait(10)
     assert len(kept(path)) == 6
     narrow = StatusStore(path, history=3)
     for i in range(5):
         narrow.set("wall", "lesson", 10 + i)
-        _storage._closer.wait(10)
+        _closer.wait(10)
         assert len(kept(path)) == 3
     wide.set("wall", "other", 1)  # reads narrow's writes, numbers from a listing: keeps up to 6
     narrow.set("wall", "lesson", 20)  # reads wide's, lists again
-    _storage._closer.wait(10)
+    _closer.wait(10)
     assert len(kept(path)) == 3
     assert [v.sequence for v in kept(path)] == sorted(v.sequence for v in kept(path))
     wide.close()

@@ -311,7 +311,7 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
 
 NEW_FOLDER = r"""
 import json, os, sys
-import trainstatus._checkpoints.checkpoint_list as checkpoints
+import trainstatus._checkpoints.folders as checkpoints
 from trainstatus.integrations.lightning import TrainStatusCheckpointIO
 
 run = sys.argv[1]

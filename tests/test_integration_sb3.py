@@ -281,7 +281,7 @@ REVIEW_CASES = r"""
 import json, os, sys, warnings
 import gymnasium as gym
 from stable_baselines3 import PPO
-import trainstatus._checkpoints.checkpoint_list as checkpoints
+import trainstatus._checkpoints.folders as checkpoints
 from trainstatus import TrainingStatusCheckpointWarning, TrainingStatusError
 from trainstatus.integrations.sb3 import TrainStatusCheckpointCallback, _remove_stale_temps, last_complete_checkpoint
 

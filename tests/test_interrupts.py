@@ -37,7 +37,7 @@ from _helpers import hold_lock_in_subprocess
 from trainstatus import StatusStore, TrainingStatusCorruptWarning
 from trainstatus import _interrupts
 from trainstatus._lock import path_lock as _locking
-from trainstatus._storage import local as _storage
+from trainstatus._storage.closer import _closer
 
 
 
@@ -129,7 +129,7 @@ def _in_memory(store: StatusStore) -> dict[str, Any]:
 
 
 def _assert_nothing_held(store: StatusStore, path: Path) -> None:
-    # An interrupted wait may leave its flock blocked on a thread of its own (_locking._KernelWait):
+    # An interrupted wait may leave its flock blocked on a thread of its own (kernel_wait._KernelWait):
     # once the lock is free it takes it, sees it was given up and lets go. Wait for that first.
     for thread in threading.enumerate():
         if thread.name == "trainstatus-lock-wait":
@@ -143,7 +143,7 @@ def _assert_nothing_held(store: StatusStore, path: Path) -> None:
     path_lock = _locking.lock_for(str(path) + ".lock")
     assert path_lock._depth == 0 and path_lock._owner is None
     held = _free_in_another_thread(
-        store_mutex=store._mutex, closer=_storage._closer._cond, path_lock=path_lock._mutex)
+        store_mutex=store._mutex, closer=_closer._cond, path_lock=path_lock._mutex)
     assert held == [], f"still held: {held}"
     if os.path.exists(str(path) + ".lock"):
         fd = os.open(str(path) + ".lock", os.O_RDWR)
@@ -164,7 +164,7 @@ def _open_fds(baseline: int | None) -> int:
     # the whole suite's heap, so the young generations go first: they hold this point's objects.
     for generation in (0, 1, 2):
         gc.collect(generation)
-        _storage._closer.wait()
+        _closer.wait()
         count = len(os.listdir("/proc/self/fd"))
         if baseline is not None and count <= baseline:
             break

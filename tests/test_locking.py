@@ -32,7 +32,7 @@ from trainstatus import (
     TrainingStatusValueError,
     TrainingStatusWriteError,
 )
-from trainstatus._lock import path_lock as _locking
+from trainstatus._lock import descriptor as _descriptor, kernel_wait as _kernel_wait, path_lock as _locking
 
 SPAWN = multiprocessing.get_context("spawn")
 TIMEOUT = 60.0
@@ -302,13 +302,13 @@ def test_file_lock_is_taken_once_per_outermost_hold(tmp_path: Path, flocks: list
 
 def test_lock_timeout_none_waits_without_a_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     deadlines: list[float | None] = []
-    real = _locking._HeldDescriptor.acquire
+    real = _descriptor._HeldDescriptor.acquire
 
     def recording(self: Any, deadline: float | None, *rest: Any) -> bool:
         deadlines.append(deadline)
         return real(self, deadline, *rest)
 
-    monkeypatch.setattr(_locking._HeldDescriptor, "acquire", recording)
+    monkeypatch.setattr(_descriptor._HeldDescriptor, "acquire", recording)
     store = StatusStore(tmp_path / "status.json", lock_timeout=None, durable=False)
     with deadline():
         store.set("c", "k", 1)
@@ -887,15 +887,15 @@ def test_ctrl_c_just_as_the_blocked_flock_returns_leaves_the_lock_free(tmp_path:
     lock_file = tmp_path / "status.json.lock"
     holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    wait = _locking._KernelWait(str(lock_file))
-    real = _locking._interrupts.acquire
+    wait = _kernel_wait._KernelWait(str(lock_file))
+    real = _kernel_wait._interrupts.acquire
 
     def acquired_then_interrupted(lock: Any, timeout: float | None) -> bool:
         if real(lock, timeout):
             raise KeyboardInterrupt  # as a handler run the moment the wait returned
         return False
 
-    monkeypatch.setattr(_locking._interrupts, "acquire", acquired_then_interrupted)
+    monkeypatch.setattr(_kernel_wait._interrupts, "acquire", acquired_then_interrupted)
     assert wait.take(0.05) is None  # still held by the other descriptor
     os.close(holder)
     with pytest.raises(KeyboardInterrupt):

@@ -1,4 +1,4 @@
-"""Group commit across processes (``_mailbox``): a waiting process hands its set to the holder.
+"""Group commit across processes (``_lock.mailbox``): a waiting process hands its set to the holder.
 
 Real processes on a real lock file. The holder here is this test's own store, holding its lock
 while the waiter, another process, signs in and posts; its next ``set`` carries the waiter's
@@ -32,11 +32,11 @@ pytestmark = pytest.mark.skipif(not _fair._HANDOFF, reason="handing over needs L
 
 _WAITER = r"""
 import sys, time
-from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout; from trainstatus._lock import fair as _fair; from trainstatus._lock import path_lock as _locking
+from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout; from trainstatus._lock import fair as _fair; from trainstatus._lock import descriptor as _descriptor
 _fair._DEFER_AT_MOST = 600.0
 _fair._STALE_NS = 600 * 10**9
 if len(sys.argv) > 6:
-    _locking._OUTCOME_GRACE = float(sys.argv[6])
+    _descriptor._OUTCOME_GRACE = float(sys.argv[6])
 store = StatusStore(sys.argv[1], durable=sys.argv[4] == "durable", lock_timeout=float(sys.argv[2]),
                     metadata={"run": sys.argv[5]} if sys.argv[5] else None)
 print("ready", flush=True)

@@ -1,4 +1,4 @@
-"""The ML-Agents drop-in: StatusType, StatusMetaData and GlobalTrainingStatus (_mlagents.py).
+"""The ML-Agents drop-in: StatusType, StatusMetaData and GlobalTrainingStatus (_mlagents/status.py).
 
 Everything runs on a real ``tmp_path``: binding takes file locks, and the write-through promise is
 checked from separate processes (a ``python -c`` reader, a trainer killed with SIGKILL).

@@ -1,4 +1,4 @@
-"""The ML-Agents plugin (_mlagents_plugin.py), against ML-Agents 1.1.0's real modules.
+"""The ML-Agents plugin (_mlagents/plugin.py), against ML-Agents 1.1.0's real modules.
 
 ML-Agents' real training path (``mlagents-learn`` with torch, killed and resumed) is
 tests/test_mlagents_learn.py. These tests cover what it cannot reach, or reaches only by chance, in
@@ -196,7 +196,7 @@ def test_a_checkpoint_in_a_folder_mlagents_made_this_run_is_synced_up_to_the_run
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # ML-Agents makes results/<run>/<Behavior>/ in a fresh run: the plugin syncs the file, its
     # folder and the folders above up to the run folder, where the status file's run_logs/ is.
-    import trainstatus._checkpoints.checkpoint_list as checkpoints
+    import trainstatus._checkpoints.folders as checkpoints
 
     from trainstatus import GlobalTrainingStatus, StatusStore
 

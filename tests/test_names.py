@@ -20,7 +20,7 @@ from _helpers import lock_held_by_another_process, read_fresh, soft_holder
 
 from trainstatus import StatusStore, TrainingStatusCorruptWarning, TrainingStatusLockTimeout, TrainingStatusReadError
 from trainstatus._storage import atomic as _atomic, filenames as _names
-from trainstatus._cli import commands as _cli, main as _cli_main
+from trainstatus._cli import base as _cli, main as _cli_main
 
 # Byte lengths around the edge: the plain names fit up to 221 (temp: +34), 230 (copy), 246 (lease),
 # 250 (lock); 255 is the longest name a status file can have.

@@ -1,4 +1,4 @@
-"""The probe of conditional writes (src/trainstatus/_probe.py), against moto's S3 server on loopback.
+"""The probe of conditional writes (src/trainstatus/_remote/probe.py), against moto's S3 server on loopback.
 
 A server that ignores the condition is the real one behind a proxy that strips ``If-Match`` /
 ``If-None-Match`` (tests/_s3proxy.py); a pass-through proxy counts what a store sends. Every test
@@ -254,7 +254,7 @@ def test_a_server_down_during_the_probe_is_a_write_error_not_a_refusal(s3: Bucke
 
 def test_a_server_that_refuses_every_conditional_write_is_refused_at_once(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
     # Without the probe such a store would retry for lock_timeout and raise a conflict error.
-    from trainstatus._storage.local import Conflict
+    from trainstatus._storage.base import Conflict
 
     real = S3Object.replace
 

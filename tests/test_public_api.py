@@ -211,8 +211,8 @@ def test_the_package_s_imports_form_no_circle() -> None:
     """What two modules share belongs in a third below both (the lock-timeout message once lived in
     ``_cli`` and was imported back by ``_cli_base``, which ``_cli`` imports)."""
     graph = _import_graph()
-    assert {"trainstatus._cli.commands", "trainstatus._cli.base", "trainstatus._cli.main", "trainstatus._cli.parser"} <= graph.keys()
-    assert "trainstatus._cli.commands" in graph["trainstatus._cli.parser"]  # the dispatch table is seen
+    assert {"trainstatus._cli.write", "trainstatus._cli.base", "trainstatus._cli.main", "trainstatus._cli.parser"} <= graph.keys()
+    assert "trainstatus._cli.write" in graph["trainstatus._cli.parser"]  # the dispatch table is seen
     assert "trainstatus._cli.read" in graph["trainstatus._cli.main"]  # and show's own, without argparse
     assert _circle(graph) is None
 
@@ -220,3 +220,72 @@ def test_the_package_s_imports_form_no_circle() -> None:
 def test_the_circle_finder_finds_one() -> None:
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set()}) is None
+
+
+# The layers of the package (docs/getting-started.md, "Working on trainstatus"). The families below
+# the store may import only what is listed here (a top-level module by its name, a family by its
+# folder); the edges (the command line, the testing kit, the ML-Agents plugin, the integrations) are
+# imported by nothing in the package but their own modules and their public face.
+_BELOW_THE_STORE = {
+    "_codec": {"_errors", "_lazy"},
+    "_lock": {"_codec", "_errors", "_interrupts", "_lazy"},
+    "_storage": {"_lock", "_errors", "_lazy", "_log"},
+    "_remote": {"_storage", "_errors", "_interrupts", "_lazy", "_log"},
+}
+_EDGES = {
+    "_cli": set(),  # entered from outside the package: src/_trainstatus_cli.py
+    "_testing": {"trainstatus.testing"},
+    "_mlagents": {"trainstatus"},  # trainstatus.GlobalTrainingStatus, imported on first use
+    "integrations": set(),
+}
+_LONGEST_MODULE = 420  # lines: one concern a module, about 400 lines at the most (STYLE.md, "Size")
+
+
+def _family(module: str) -> str:
+    """``trainstatus._lock.fair`` -> ``_lock``; a top-level module is its own family."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else module
+
+
+def _layer_problems(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, imported in sorted(graph.items()):
+        family = _family(module)
+        for target in sorted(imported):
+            target_family = _family(target)
+            if target_family == family:
+                continue
+            allowed = _BELOW_THE_STORE.get(family)
+            if allowed is not None and target_family not in allowed:
+                problems.append(f"{module} imports {target}: {family}/ may import only {sorted(allowed)}")
+            if target_family in _EDGES and module not in _EDGES[target_family]:
+                problems.append(f"{module} imports {target}: nothing in the package imports {target_family}/")
+    return problems
+
+
+def test_each_family_imports_only_the_layers_below_it() -> None:
+    graph = _import_graph()
+    assert {_family(m) for m in graph} >= set(_BELOW_THE_STORE) | set(_EDGES)
+    assert _layer_problems(graph) == []
+
+
+def test_the_layer_check_finds_an_import_up_or_into_an_edge() -> None:
+    graph = {"trainstatus._codec.values": {"trainstatus._store"}, "trainstatus._store": {"trainstatus._cli.base"},
+             "trainstatus._cli.base": {"trainstatus._store"}, "trainstatus.testing": {"trainstatus._testing.kill"}}
+    assert _layer_problems(graph) == [
+        "trainstatus._codec.values imports trainstatus._store: _codec/ may import only ['_errors', '_lazy']",
+        "trainstatus._store imports trainstatus._cli.base: nothing in the package imports _cli/",
+    ]
+
+
+def test_no_module_is_longer_than_about_400_lines() -> None:
+    root = os.path.dirname(trainstatus.__file__)
+    long = {}
+    for directory, _, files in os.walk(root):
+        for file in files:
+            if file.endswith(".py"):
+                with open(os.path.join(directory, file), encoding="utf-8") as f:
+                    lines = sum(1 for _ in f)
+                if lines > _LONGEST_MODULE:
+                    long[os.path.relpath(os.path.join(directory, file), root)] = lines
+    assert long == {}, "split these along a seam a newcomer would look for (STYLE.md, 'Size')"

@@ -1,5 +1,6 @@
-"""The cached render (``_render.Renderer``): byte for byte ``_codec.render``, whatever the order of
-changes, failed writes, reloads and interruptions, and never a kept piece that is out of date."""
+"""The cached render (``_codec.renderer.Renderer``): byte for byte ``_codec.document.render``,
+whatever the order of changes, failed writes, reloads and interruptions, and never a kept piece
+that is out of date."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 
 from trainstatus import StatusStore
 from trainstatus._codec import renderer as _render
-from trainstatus._codec.values import Entry, encode_loaded, render
+from trainstatus._codec.document import render
+from trainstatus._codec.encoding import encode_loaded
+from trainstatus._codec.values import Entry
 from trainstatus._document import apply  # what the store does to make the next document
 from trainstatus._codec.renderer import Renderer
 

@@ -35,7 +35,7 @@ import pytest
 from _helpers import read_fresh
 
 from trainstatus import StatusStore, TrainingStatusCorruptWarning, TrainingStatusWriteError
-from trainstatus._storage import local as _storage
+from trainstatus._storage import aside as _aside
 
 SOURCE = os.path.basename(__file__)
 NAME = "status.json"
@@ -238,7 +238,7 @@ def freeze_clock(mp: pytest.MonkeyPatch) -> str:
         def now(cls, tz: datetime.tzinfo | None = None) -> Any:
             return frozen
 
-    mp.setattr(_storage, "datetime", types.SimpleNamespace(datetime=Frozen, timezone=datetime.timezone))
+    mp.setattr(_aside, "datetime", types.SimpleNamespace(datetime=Frozen, timezone=datetime.timezone))
     return "20240506T070809.123456Z"
 
 

@@ -23,11 +23,14 @@ from trainstatus import StatusStore
 # that needs them (json for files with NaN or not written by trainstatus, hashlib for names of
 # 222 bytes and more, datetime for a restore or a copy kept aside, copy/random for rare errors and
 # S3 retries, logging only by the program itself, the S3 backend by an s3:// URL), or never; typing
-# (and the re it imports) by type checkers alone.
+# (and the re it imports) by type checkers alone; enum by orjson's setup (signal, which imports it,
+# never: the Ctrl-C guard uses the C module _signal); a value's refusal and an I/O error's message
+# when one happens.
 NOT_FOR_THE_STORE_CLASS = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "json", "hashlib", "datetime", "copy",
     "random", "trainstatus._remote.s3", "shutil", "argparse", "pickle", "numpy", "boto3", "traceback", "tokenize",
-    "subprocess", "tempfile", "typing", "re",
+    "subprocess", "tempfile", "typing", "re", "enum", "signal", "trainstatus._codec.refusals",
+    "trainstatus._storage.messages",
 )
 # show reads with Python's json alone and prints: no codec, no store, no lock; a plain `show PATH` is
 # read without argparse (nor the gettext and locale its messages import), and argparse's formatter,
@@ -35,7 +38,9 @@ NOT_FOR_THE_STORE_CLASS = (
 NOT_FOR_SHOW = (
     "orjson", "dataclasses", "inspect", "uuid", "platform", "logging", "hashlib", "datetime", "copy", "random",
     "shutil", "bz2", "lzma", "zlib", "fnmatch", "trainstatus._codec.values", "trainstatus._store", "trainstatus._remote.s3",
-    "trainstatus._storage.local", "trainstatus._cli.commands", "pickle", "numpy", "traceback", "subprocess", "tempfile",
+    "trainstatus._storage.local", "trainstatus._cli.write", "trainstatus._cli.check", "trainstatus._cli.corrupt",
+    "trainstatus._cli.target", "trainstatus._cli.values", "trainstatus._storage.base", "trainstatus._lock.path_lock",
+    "pickle", "numpy", "traceback", "subprocess", "tempfile",
     "argparse", "gettext", "locale", "trainstatus._cli.parser", "shlex", "signal", "math",
 )
 

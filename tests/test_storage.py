@@ -1,4 +1,4 @@
-"""The storage seam (trainstatus._storage.local): LocalFile on a real filesystem, and Memory.
+"""The storage seam (trainstatus._storage): LocalFile on a real filesystem, and Memory.
 
 Reading, change detection and the inode pin, keeping a damaged file aside, leftovers of killed
 writers (with the lock held by another process), symlinked status files, unreadable paths.
@@ -30,8 +30,12 @@ import pytest
 from _helpers import lock_held_by_another_process, read_fresh
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout, TrainingStatusReadError
-from trainstatus._storage import atomic as _atomic, history as _history, filenames as _names, local as _storage
-from trainstatus._storage.local import LocalFile, Memory, Storage
+from trainstatus._storage import aside as _aside, atomic as _atomic, history as _history, filenames as _names
+from trainstatus._storage import keeper as _keeper, local as _storage
+from trainstatus._storage.base import Storage
+from trainstatus._storage.closer import _closer
+from trainstatus._storage.local import LocalFile
+from trainstatus._storage.memory import Memory
 
 STAMP = r"\d{8}T\d{6}\.\d{6}Z"
 HEX16 = "0123456789abcdef"
@@ -259,7 +263,7 @@ def test_pin_follows_each_replace_and_closes(tmp_path: Path) -> None:
     second = storage._pin.fd
     assert second is not None and second != first
     assert os.fstat(second).st_ino == os.stat(path).st_ino
-    _storage._closer.wait()  # closed off the writer's path, by the background closer
+    _closer.wait()  # closed off the writer's path, by the background closer
     assert_closed(first)  # the previous version's descriptor is released
 
     storage.close()
@@ -320,7 +324,7 @@ def test_replaced_versions_are_freed_by_the_background_closer(tmp_path: Path) ->
     fds = set(os.listdir("/proc/self/fd"))
     for i in range(200):
         store.set("Walker", "lesson", i)
-    _storage._closer.wait()
+    _closer.wait()
     # Only the current version stays open (its pin); the 199 replaced ones are closed, so their
     # inodes are freed rather than piling up as deleted-but-open files.
     assert deleted_files_held_open(tmp_path) == []
@@ -339,11 +343,11 @@ def test_the_closer_restarts_in_a_forked_child(tmp_path: Path) -> None:
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         code = 1
         try:
-            fresh = _storage._closer._thread is None and not _storage._closer._queued
+            fresh = _closer._thread is None and not _closer._queued
             child = StatusStore(path, durable=False)
             for i in range(20):
                 child.set("Child", "n", i)
-            _storage._closer.wait()  # would hang forever if the child had no closer thread
+            _closer.wait()  # would hang forever if the child had no closer thread
             # The parent's store pins the version it wrote; the child inherited that descriptor
             # (it is the parent's to close), and no other replaced version may stay open.
             ok = fresh and len(deleted_files_held_open(tmp_path)) <= 1
@@ -378,7 +382,7 @@ def test_a_store_made_under_pyfakefs_never_closes_a_real_descriptor(tmp_path: Pa
         store.set("Walker", "lesson", 2)  # one pin retired, one current: both fake descriptors
         fake_fd = store._storage._pin.fd  # type: ignore[attr-defined]
     assert fake_fd is not None
-    _storage._closer.wait()
+    _closer.wait()
     real: list[int] = []  # the number is often a real open file already (pytest's); if not, make one
     try:
         while len(real) < 64 and not is_open(fake_fd):
@@ -439,7 +443,7 @@ def freeze_clock(mp: pytest.MonkeyPatch) -> str:
         def now(cls, tz: datetime.tzinfo | None = None) -> Any:
             return frozen
 
-    mp.setattr(_storage, "datetime", types.SimpleNamespace(datetime=Frozen, timezone=datetime.timezone))
+    mp.setattr(_aside, "datetime", types.SimpleNamespace(datetime=Frozen, timezone=datetime.timezone))
     return "20240506T070809.123456Z"
 
 
@@ -821,7 +825,7 @@ def test_a_descriptor_pyfakefs_opened_is_closed_at_once_in_the_callers_thread() 
     # a fake descriptor closed meanwhile by the background closer's thread closed a real file with
     # that number (the crash examples lost pytest's capture file, "lost sys.stderr", in 3 runs of
     # 6). Such descriptors are closed at once, by the thread that retires them.
-    from trainstatus._storage import local as _storage
+    from trainstatus._storage.closer import _closer
 
     calls: list[tuple[int, str]] = []
 
@@ -830,9 +834,9 @@ def test_a_descriptor_pyfakefs_opened_is_closed_at_once_in_the_callers_thread() 
 
     fake_close.__module__ = "pyfakefs.fake_os"  # what pyfakefs's os.close carries
     real_style: list[int] = []
-    _storage._closer.close([(1001, fake_close), (-1, real_style.append)])
+    _closer.close([(1001, fake_close), (-1, real_style.append)])
     assert calls == [(1001, threading.current_thread().name)]  # done before close() returned
-    _storage._closer.wait(5)
+    _closer.wait(5)
     assert real_style == [-1]  # the others still go to the closer's thread
 
 
@@ -846,11 +850,11 @@ def test_a_single_writer_hands_the_closer_thread_one_prune_per_batch_and_unlinks
     store = StatusStore(path, durable=False, history=4)
     for i in range(10):  # past the first prune, which lists the directory
         store.set("Walker", "lesson", i)
-    _storage._closer.wait(10)
+    _closer.wait(10)
     wakes: list[str] = []
     absent: list[str] = []
-    real_start, real_unlink = _storage._closer._start, os.unlink
-    monkeypatch.setattr(_storage._closer, "_start", lambda: (wakes.append("wake"), real_start())[1])
+    real_start, real_unlink = _closer._start, os.unlink
+    monkeypatch.setattr(_closer, "_start", lambda: (wakes.append("wake"), real_start())[1])
 
     def unlink(name: Any, *args: Any, **kwargs: Any) -> None:
         try:
@@ -860,12 +864,12 @@ def test_a_single_writer_hands_the_closer_thread_one_prune_per_batch_and_unlinks
             raise
 
     monkeypatch.setattr(os, "unlink", unlink)
-    writes = 4 * _storage.PRUNE_BATCH
+    writes = 4 * _keeper.PRUNE_BATCH
     for i in range(writes):
         store.set("Walker", "lesson", 100 + i)
-    assert len(wakes) <= writes // _storage.PRUNE_BATCH
+    assert len(wakes) <= writes // _keeper.PRUNE_BATCH
     assert deleted_files_held_open(tmp_path) == []  # the replaced versions' pins were closed
-    _storage._closer.wait(10)
+    _closer.wait(10)
     assert absent == []
     assert [v.sequence for v in _history.versions(str(tmp_path), path.name)] == list(range(writes + 6, writes + 10))
     store.close()

@@ -17,8 +17,7 @@ from ._conflicts import FIRST_BACKOFF, _Conflicts
 from ._document import apply
 from ._errors import TrainingStatusVersionError, TrainingStatusWriteError, warn
 from ._load import METADATA, STATUS_FORMAT_VERSION
-from ._codec.renderer import Renderer
-from ._storage.local import Conflict
+from ._storage.base import Conflict
 
 _AGAIN = "set the value again"  # what the storage's write errors say to do once the cause is fixed
 

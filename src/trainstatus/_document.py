@@ -15,19 +15,28 @@ sees ``_doc``.
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections.abc import Mapping
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
 if TYPE_CHECKING:
+    import enum
     from typing import Any
 
-from ._codec.values import Entry, check_name, decode, encode_loaded, encode_value
+from ._codec.encoding import encode_loaded, encode_value
+from ._codec.names import check_name
+from ._codec.values import Entry, decode
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
+from ._lazy import OnFirstUse
 from ._load import METADATA, STATUS_FORMAT_VERSION, Document, is_newer_format
 from ._codec.renderer import Renderer
-from ._storage.local import Storage
+from ._storage.base import Storage
 from ._version import __version__
+
+if not TYPE_CHECKING:
+    # enum (1-2 ms) is not imported for a check that a str name never reaches: an Enum member can
+    # only exist once enum is imported, and orjson's own setup imports it at the first write anyway.
+    enum = OnFirstUse("enum", globals())
 
 OWN_METADATA = ("stats_format_version", "trainstatus_version")
 _OWN_ENTRIES = {  # their entries, the same for every store (entries are immutable)
@@ -100,7 +109,7 @@ class _Document:
         self._own_metadata = self._metadata_entries(metadata or {})
         self._doc: dict[str, dict[str, Entry]] = {}
         self._meta: dict[str, Entry] = {}
-        self._renderer = Renderer()  # keeps each category's bytes between writes (see _render)
+        self._renderer = Renderer()  # keeps each category's bytes between writes (see _codec.renderer)
         self._newer_format: str | None = None
 
     def _metadata_entries(self, metadata: Mapping[str, Any]) -> dict[str, Entry]:

@@ -8,7 +8,7 @@ write holding its change is durable, and raises if that write failed. A thread w
 still queued when its ``lock_timeout`` runs out takes it back and raises; once taken, a change is
 written (the leader holds every lock by then) and its thread waits for the outcome.
 
-The same across processes (``_mailbox``): a leader that must wait for another process's lock hands
+The same across processes (``_lock.mailbox``): a leader that must wait for another process's lock hands
 its batch to that process, which writes it with its own and says when it is durable; the batch
 is taken from the moment it is handed over. A leader holding the lock after a wait writes, with its
 batch, what the processes waiting behind it handed over, and tells them once the write is durable.
@@ -227,7 +227,7 @@ class _GroupCommit(_Committing):
     def _write_batch(self, batch: _Batch) -> None:
         """Write every change of ``batch`` at once and tell their threads (guard and lock held).
 
-        With it go the changes waiting processes handed over (``_mailbox``), acknowledged once
+        With it go the changes waiting processes handed over (``_lock.mailbox``), acknowledged once
         the write is durable; if it fails they are not, and each of them writes its own.
         """
         with self._queue:

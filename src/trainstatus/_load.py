@@ -12,7 +12,7 @@ lists every such name in ``Document.duplicates`` so the caller can say so. Findi
 second parse with Python's json, which is paid only when the file is not byte for byte what
 ``render`` makes of the parsed document: a file trainstatus wrote has no duplicates, which the
 same orjson encoding and compare that lets its values' bytes be taken as they stand shows
-(``_codec.read_rendered``); other files (ML-Agents' ``json.dump(indent=4)``) pay the second parse
+(``_codec.document.read_rendered``); other files (ML-Agents' ``json.dump(indent=4)``) pay the second parse
 (about 200 µs at 32 KB, a fifth to a third of their load), until trainstatus first rewrites them
 in its own layout.
 
@@ -211,12 +211,13 @@ def _collect(value: Any, where: tuple[str | int, ...], found: list[Duplicate]) -
             _collect(item, (*where, index), found)
 
 
-def _renders_back(parsed: dict[str, Any], categories: dict[str, dict[str, Entry]], data: bytes, codec: Any) -> bool:
+def _renders_back(parsed: dict[str, Any], categories: dict[str, dict[str, Entry]], data: bytes, codec: Any,
+                  encoding: Any) -> bool:
     """Whether ``render`` gives back exactly ``data``: then no object in it repeats a name."""
     document: dict[str, Mapping[str, Entry]] = {}
     for name, value in parsed.items():
         if name == METADATA:
-            document[name] = {key: codec.encode_loaded(item) for key, item in value.items()}
+            document[name] = {key: encoding.encode_loaded(item) for key, item in value.items()}
         else:
             document[name] = categories[name]
     return bool(codec.render(document) == data)
@@ -282,15 +283,16 @@ def _kind(value: Any) -> str:
 
 def load_document(data: bytes) -> Document:
     """Parse and validate a whole file; raise ``Corrupt`` when it is not a status document."""
-    from ._codec import values as _codec
+    from ._codec import document as _codec, encoding as _encoding
+    from ._codec.values import PAUSE_FROM, collector_paused
 
-    if len(data) >= _codec.PAUSE_FROM:
-        with _codec.collector_paused():  # a big file: see _codec.collector_paused
-            return _load_document(data, _codec)
-    return _load_document(data, _codec)
+    if len(data) >= PAUSE_FROM:
+        with collector_paused():  # a big file: see _codec.values.collector_paused
+            return _load_document(data, _codec, _encoding)
+    return _load_document(data, _codec, _encoding)
 
 
-def _load_document(data: bytes, codec: Any) -> Document:
+def _load_document(data: bytes, codec: Any, encoding: Any) -> Document:
     rendered = codec.read_rendered(data)
     if rendered is not None:  # a file trainstatus wrote: its values' bytes are taken as they stand
         parsed, entries = rendered
@@ -308,11 +310,11 @@ def _load_document(data: bytes, codec: Any) -> Document:
         if name == METADATA or name in skipped:
             continue
         try:
-            categories[name] = {key: codec.encode_loaded(item) for key, item in value.items()}
+            categories[name] = {key: encoding.encode_loaded(item) for key, item in value.items()}
         except RecursionError:  # deeper than Python's json can write back (orjson read it)
             raise Corrupt(f"category {name!r} is nested too deeply to be a status file") from None
     duplicates: list[Duplicate] = []
-    if skipped or not (data.startswith(codec.RENDERED_START) and _renders_back(parsed, categories, data, codec)):
+    if skipped or not (data.startswith(codec.RENDERED_START) and _renders_back(parsed, categories, data, codec, encoding)):
         duplicates = find_duplicates(data)  # Corrupt where orjson read deeper than Python's json can
     return Document(categories, metadata, skipped, duplicates)
 

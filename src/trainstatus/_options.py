@@ -17,7 +17,8 @@ from ._lock import path_lock as _locking
 from ._errors import TrainingStatusTypeError, TrainingStatusValueError
 from ._remote.location import check_location
 from ._remote.backends import object_store_url, open_object_store
-from ._storage.local import LocalFile, Storage
+from ._storage.base import Storage
+from ._storage.local import LocalFile
 
 
 def _path_option(path: Any) -> str:

@@ -21,7 +21,6 @@ document and replace the stored one; memory takes the new document only once the
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import threading
 import time
@@ -29,14 +28,15 @@ import weakref
 from collections.abc import Callable, Mapping
 
 from . import _fork, _interrupts
-from ._codec.values import decode, encode_value
+from ._codec.encoding import encode_value
+from ._codec.values import decode
 from ._committing import retold
 from ._conflicts import FIRST_BACKOFF, _StaleRead
 from ._document import ALL, as_name
 from ._errors import TrainingStatusError
 from ._load import METADATA
 from ._options import DEFAULT_HISTORY, check_lock_timeout, open_storage
-from ._storage.local import Storage
+from ._storage.base import Storage
 from ._transactions import _Transaction, _Transactions
 
 __all__ = ["DEFAULT_HISTORY", "StatusStore"]
@@ -45,6 +45,7 @@ _live_stores: weakref.WeakSet[StatusStore] = weakref.WeakSet()
 _fork.watch(_live_stores)
 TYPE_CHECKING = False  # typing.TYPE_CHECKING: typing (and the re it imports) are 4 ms of every start
 if TYPE_CHECKING:  # annotations are strings at run time; the API reference reads them from the source
+    import enum
     from typing import Any, TypeVar
 
     # Named for the API reference: run_transaction(func: Callable[[StatusStore], Result]) -> Result.

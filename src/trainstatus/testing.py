@@ -25,17 +25,15 @@ need. Local status files only (not ``s3://``).
 """
 
 from ._testing.fs import FsState as DirectoryState
-from ._testing.kill import (
+from ._testing.kill import count_writes, every_crash, kill_at
+from ._testing.points import (
     POINTS,
     CrashPoint,
     Kill,
     SimulatedKill,
     TrainingStatusKilledError,
     TrainingStatusTestError,
-    count_writes,
     crash_points,
-    every_crash,
-    kill_at,
 )
 from ._testing.power import IncompleteRecording, Op as Operation, PowerLoss, Recording, power_losses
 

@@ -1,58 +1,46 @@
-"""Checkpoint lists that never name a file that is gone.
+"""Checkpoint lists that never name a file that is gone: ``CheckpointList``, the public class.
 
 A behavior's category holds ``checkpoints`` (a list, oldest first) and ``final_checkpoint`` (one
 entry), each entry in ML-Agents' layout: ``steps``, ``file_path``, ``reward``, ``creation_time``,
 ``auxillary_file_paths`` (ML-Agents' spelling, kept so both read each other's files), plus
-``files``: the size of each file recorded (``_checkpoint_files.FILES``). ``file_path`` may be a
+``files``: the size of each file recorded (``files.FILES``). ``file_path`` may be a
 folder (Transformers' ``checkpoint-500/``): ``files`` then lists every file in it.
 
 The order of ``add`` is the point of this module. ML-Agents 1.1.0's ``add_checkpoint`` deletes the
 files of the checkpoints it drops and only then sets the list; a kill in between leaves a status
 that lists files that are gone. Here:
 
-1. check the arguments and that every file exists, and take their sizes (nothing done yet if not);
+1. check the arguments and that every file exists, and take their sizes (nothing done yet if not:
+   ``entries``);
 2. fsync each file (each file and folder of a checkpoint folder), its directory and the folders
    above that up to the one the status file is in,
-   so the record never outlives the data after a power loss;
+   so the record never outlives the data after a power loss (``folders``);
 3. record the entry, trimmed to ``keep``, in one transaction (one durable write, merged with what
    other writers set meanwhile);
 4. only then remove the files of the dropped entries, skipping any file another entry still lists
-   (a dropped folder: its recorded files, then the folder if that left it empty).
+   (a dropped folder: its recorded files, then the folder if that left it empty: ``folders``).
 
 A kill between 3 and 4 leaves files that are no longer listed: disk space, never a wrong pointer.
+
+This module keeps that order and the list itself (reading, trimming, the warning about files
+left behind); ``entries`` checks a new entry, ``folders`` syncs and removes files, ``usable`` says
+whether a recorded entry can be used. It imports those, ``files`` and the store.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import errno
 import itertools
-import math
-import numbers
 import os
-import stat
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .files import (
-    CHECKPOINTS,
-    FILES,
-    FINAL_CHECKPOINT,
-    _entry_files,
-    _entry_paths,
-    _faults,
-    _fspath,
-    _is_folder,
-    _join,
-    changed_files,
-    missing_files,
-)
-from .files import _listed as _listed  # the command line's check --files counts with it
+from .entries import new_entry
+from .files import CHECKPOINTS, FINAL_CHECKPOINT, _faults, _fspath, _join
+from .folders import remove_unlisted, sync_entry
+from .usable import _steps, unusable, warn_skipped
 from .._errors import (
-    TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
     TrainingStatusError,
     TrainingStatusTypeError,
@@ -60,101 +48,13 @@ from .._errors import (
     warn,
 )
 from .._load import METADATA
-from .. import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from .._committing import retold
 from .._store import StatusStore
 
-__all__ = ["CHECKPOINTS", "FINAL_CHECKPOINT", "CheckpointList", "changed_files", "missing_files", "remove_unlisted"]
-
-logger = logging.getLogger("trainstatus")
+__all__ = ["CheckpointList"]
 
 
 Check = Callable[[dict[str, Any]], object]
-
-
-def remove_unlisted(dropped: Iterable[Any], document: Mapping[str, Any], root: str | None,
-                    location: str) -> list[tuple[Any, str]]:
-    """Remove the files of the ``dropped`` entries that no entry of ``document`` lists; return
-    ``(entry, reason)`` for each file that could not be removed (one already gone is fine).
-
-    Used by ``CheckpointList.add`` and by the ML-Agents plugin's checkpoint manager.
-    """
-    # A file still listed may be spelled differently (``./a``, a symlinked folder) or be the
-    # same file under another name: compare by path and by inode. Both are stats, where
-    # os.path.realpath would cost one lstat per path component of every listed file.
-    listed_paths: set[str] = set()
-    listed_files: set[tuple[int, int]] = set()
-    for _, _, paths in _listed(document):
-        for given in paths:
-            path = _join(root, given)
-            listed_paths.add(path)
-            with contextlib.suppress(OSError):
-                kept = os.stat(path)
-                listed_files.add((kept.st_dev, kept.st_ino))
-    failed: list[tuple[Any, str]] = []
-    for entry in dropped:
-        folders: list[tuple[str, str]] = []
-        folder_entry = _entry_paths(entry) is not None and _is_folder(entry)
-        for index, (given, _) in enumerate(_entry_files(entry) or []):
-            path = _join(root, given)
-            try:
-                info = os.stat(path)
-                same_file = (info.st_dev, info.st_ino) in listed_files
-                is_folder = folder_entry and index == 0 and stat.S_ISDIR(info.st_mode)
-            except OSError:
-                same_file = is_folder = False  # gone already (what we wanted), or os.remove says why below
-            if path in listed_paths or same_file:
-                logger.debug("trainstatus: kept %s, still listed in %s", path, location)
-                continue
-            if is_folder:  # a checkpoint folder: emptied of its recorded files first, below
-                folders.append((given, path))
-                continue
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                failed.append((entry, f"{given} could not be removed ({exc.strerror or exc})"))
-            else:
-                logger.debug("trainstatus: removed old checkpoint file %s", path)
-        for given, folder in folders:
-            failed += [(entry, reason) for reason in _remove_folder(entry, given, folder, root)]
-    return failed
-
-
-def _remove_folder(entry: Any, given: str, folder: str, root: str | None) -> list[str]:
-    """Remove a dropped checkpoint folder once its recorded files are gone: the subfolders that
-    held them, deepest first, then the folder. A folder still holding anything (a file nobody
-    recorded) stays: only what the entry recorded is ours to remove."""
-    inside: set[str] = set()
-    for listed, _ in _entry_files(entry) or []:
-        parent = os.path.dirname(_join(root, listed))
-        while parent.startswith(folder + os.sep):
-            inside.add(parent)
-            parent = os.path.dirname(parent)
-    failed: list[str] = []
-    for path in [*sorted(inside, key=lambda p: p.count(os.sep), reverse=True), folder]:
-        try:
-            os.rmdir(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                logger.debug("trainstatus: kept folder %s of an old checkpoint: it holds files not recorded", path)
-            else:
-                shown = given if path == folder else os.path.join(given, os.path.relpath(path, folder))
-                failed.append(f"the folder {shown} could not be removed ({exc.strerror or exc})")
-        else:
-            logger.debug("trainstatus: removed old checkpoint folder %s", path)
-    return failed
-
-
-def _fsync(path: str, *, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0) | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CheckpointList:
@@ -283,7 +183,7 @@ class CheckpointList:
 
         skipped: list[tuple[Any, str]] = []
         for index in sorted(range(len(entries)), key=newness, reverse=True):
-            problem = self._problem(entries[index], check)
+            problem = unusable(entries[index], check, self._root)
             if problem is None:
                 if skipped:
                     self._report(CHECKPOINTS, skipped, entries[index])
@@ -302,7 +202,7 @@ class CheckpointList:
         entry = self._store.get(self._category, FINAL_CHECKPOINT)
         if entry is None:
             return None
-        problem = self._problem(entry, check)
+        problem = unusable(entry, check, self._root)
         if problem is None:
             return dict(entry)
         self._report(FINAL_CHECKPOINT, [(entry, problem)], None)
@@ -417,210 +317,13 @@ class CheckpointList:
 
     def _prepare(self, key: str, steps: Any, file_path: Any, reward: Any, auxillary: Any,
                  creation_time: Any, synced: Any) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-        """The entry to record and what ``_sync`` syncs: ``(absolute path, name shown)`` of each
-        file, then of each folder inside a checkpoint folder, deepest first, then of the checkpoint
-        folder itself. Raises on anything wrong."""
-        where = self._where(key)
-        context = self._context(key)
-        if type(steps) is bool or not isinstance(steps, numbers.Integral):
-            raise TrainingStatusTypeError(
-                f"steps must be an int (the trainer step of the checkpoint), not {type(steps).__name__!r} "
-                f"({steps!r}), for {where}. Nothing was written.",
-                **context,
-            )
-        if steps < 0:
-            raise TrainingStatusValueError(
-                f"steps must be >= 0, not {steps!r}, for {where}. Nothing was written.", **context)
-        if reward is not None:
-            # NaN is what ML-Agents records when no episode ended before the checkpoint; the codec
-            # writes it as NaN (never null), so it reads back as NaN. Infinity has no such excuse.
-            reward = self._number("reward", reward, where, context,
-                                  " Pass reward=None when the checkpoint has no reward yet.", nan=True)
-        if creation_time is None:
-            creation_time = time.time()
-        else:
-            creation_time = self._number("creation_time", creation_time, where, context,
-                                         " Pass a time.time() value, or leave it out for now.")
-        if type(synced) is not bool:
-            raise TrainingStatusTypeError(
-                f"synced= must be True or False, not {type(synced).__name__!r} ({synced!r}), for {where}.",
-                **context,
-            )
-        if isinstance(auxillary, (str, bytes, os.PathLike)):
-            raise TrainingStatusTypeError(
-                f"auxillary_file_paths must be a list of paths, not a single path ({auxillary!r}), for "
-                f"{where}; pass [path]. Nothing was written.",
-                **context,
-            )
-        try:
-            extra = list(auxillary)
-        except TypeError:
-            raise TrainingStatusTypeError(
-                f"auxillary_file_paths must be a list of paths, not {type(auxillary).__name__!r} "
-                f"({auxillary!r}), for {where}. Nothing was written.",
-                **context,
-            ) from None
-        given = [self._path("file_path", file_path, where, context)]
-        given += [self._path("auxillary_file_paths", p, where, context) for p in extra]
-        paths = [self.resolve(p) for p in given]
-        sizes: dict[str, int] = {}
-        targets: list[tuple[str, str]] = []
-        folders: list[tuple[str, str]] = []
-        for index, (name, path) in enumerate(zip(given, paths)):
-            if self._exists(name, path, int(steps), key, folder=index == 0):
-                folders = self._folder(name, path, int(steps), key, sizes, targets)
-            else:
-                sizes.setdefault(name, os.stat(path).st_size)
-                targets.append((path, name))
-        entry = {
-            "steps": int(steps),
-            "file_path": given[0],
-            "reward": reward,
-            "creation_time": creation_time,
-            "auxillary_file_paths": given[1:],
-            FILES: sizes,
-        }
-        return entry, targets + folders
-
-    def _folder(self, given: str, folder: str, steps: int, key: str, sizes: dict[str, int],
-                targets: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """Record the files of a checkpoint folder in ``sizes`` (as ``given/relative/name``) and
-        ``targets``; return its folders, deepest first, the checkpoint folder last."""
-        folders: list[tuple[str, str]] = []
-
-        def refuse(exc: OSError) -> None:
-            raise exc
-
-        try:
-            # Sorted so the entry lists the files in the same order on every machine.
-            for current, subfolders, names in os.walk(folder, onerror=refuse):
-                subfolders.sort()
-                relative = os.path.relpath(current, folder)
-                shown = given if relative == os.curdir else os.path.join(given, relative)
-                folders.append((current, shown))
-                for name in sorted(names):
-                    path = os.path.join(current, name)
-                    info = os.stat(path)
-                    if stat.S_ISREG(info.st_mode):
-                        sizes[os.path.join(shown, name)] = info.st_size
-                        targets.append((path, os.path.join(shown, name)))
-        except OSError as exc:
-            where = exc.filename if isinstance(exc.filename, str) else folder
-            raise TrainingStatusCheckpointError(
-                f"Cannot record the checkpoint at steps {steps} of {self._where(key)}: reading its folder "
-                f"{given} failed at {where} ({exc.strerror or exc}). Check the folder's permissions and "
-                "links. Nothing was recorded or removed.",
-                file_path=given, errno=exc.errno, **self._context(key),
-            ) from exc
-        if not any(path.startswith(folder + os.sep) for path, _ in targets):
-            raise TrainingStatusCheckpointError(
-                f"Cannot record the checkpoint at steps {steps} of {self._where(key)}: its folder {given} "
-                "holds no file. Write the checkpoint's files completely before recording it. Nothing "
-                "was recorded or removed.",
-                file_path=given, **self._context(key),
-            )
-        return folders[::-1]  # os.walk goes top-down: reversed, each folder after those inside it
-
-    @staticmethod
-    def _number(name: str, value: Any, where: str, context: dict[str, Any], hint: str, *, nan: bool = False) -> float:
-        if type(value) is bool or not isinstance(value, numbers.Real):
-            raise TrainingStatusTypeError(
-                f"{name} must be a number, not {type(value).__name__!r} ({value!r}), for {where}."
-                f"{hint} Nothing was written.",
-                **context,
-            )
-        number = float(value)
-        if not math.isfinite(number) and not (nan and math.isnan(number)):
-            raise TrainingStatusValueError(
-                f"{name} must be a finite number{' or NaN' if nan else ''}, not {number!r}, for {where}.{hint} "
-                "Nothing was written.",
-                **context,
-            )
-        return number
-
-    @staticmethod
-    def _path(name: str, value: Any, where: str, context: dict[str, Any]) -> str:
-        try:
-            path = _fspath(value)
-        except TypeError:
-            raise TrainingStatusTypeError(
-                f"{name} must be a path (str, bytes or os.PathLike), not {type(value).__name__!r} "
-                f"({value!r}), for {where}. Nothing was written.",
-                **context,
-            ) from None
-        if not path or "\0" in path:
-            raise TrainingStatusValueError(
-                f"{name} {path!r} is not a file path (empty, or holds a NUL character), for {where}. "
-                "Nothing was written.",
-                **context,
-            )
-        return path
-
-    def _exists(self, given: str, path: str, steps: int, key: str, *, folder: bool) -> bool:
-        """Raise unless ``path`` is a regular file, or a folder where ``folder``; True for a folder."""
-        what = f"the checkpoint at steps {steps} of {self._where(key)}"
-        shown = given if given == path else f"{given} ({path})"
-        try:
-            info = os.stat(path)
-        except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
-                problem = "does not exist"
-                todo = ("Write the checkpoint's files completely before recording it"
-                        + ("" if os.path.isabs(given) else
-                           f"; relative paths are resolved against "
-                           f"{self._root or 'the current directory (' + os.getcwd() + ')'}"))
-            else:
-                problem = f"cannot be looked up ({exc.strerror or exc})"
-                todo = "Check the path and the permissions of its folders"
-            raise TrainingStatusCheckpointError(
-                f"Cannot record {what}: its file {shown} {problem}. {todo}. Nothing was recorded or removed.",
-                file_path=given, errno=exc.errno, **self._context(key),
-            ) from exc
-        if folder and stat.S_ISDIR(info.st_mode):
-            return True
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise TrainingStatusCheckpointError(
-                f"Cannot record {what}: {shown} is {kind}. Only file_path may be a checkpoint folder; "
-                "auxillary_file_paths lists files. Nothing was recorded or removed.",
-                file_path=given, **self._context(key),
-            )
-        return False
+        """The entry to record and what ``_sync`` syncs (``entries.new_entry``); raises on anything wrong."""
+        return new_entry(steps, file_path, reward, auxillary, creation_time, synced,
+                         root=self._root, where=self._where(key), context=self._context(key))
 
     def _sync(self, key: str, entry: dict[str, Any], synced: list[tuple[str, str]]) -> None:
-        """fsync each file, then each folder of a checkpoint folder (deepest first), then each
-        directory holding one of those (once each), then the folders above (``sync_folders_above``)."""
-        directories: dict[str, None] = {}  # real paths: a folder reached through a link once
-        for path, _ in synced:
-            directories[os.path.realpath(os.path.dirname(path))] = None
-            # A symlink: its target's directory entry matters too.
-            directories[os.path.dirname(os.path.realpath(path))] = None
-        targets = [(path, os.path.isdir(path), name) for path, name in synced]
-        done = {os.path.realpath(path) for path, directory, _ in targets if directory}
-        targets += [(directory, True, directory) for directory in directories if directory not in done]
-        for path, directory, name in targets:
-            try:
-                _fsync(path, directory=directory)
-            except OSError as exc:
-                raise TrainingStatusCheckpointError(
-                    f"Cannot record the checkpoint at steps {entry['steps']} of {self._where(key)}: "
-                    f"syncing {'its directory ' if directory else ''}{name} to disk failed "
-                    f"({exc.strerror or exc}). Nothing was recorded or removed; check the disk, or pass "
-                    "synced=True if you made the files durable yourself.",
-                    file_path=name, errno=exc.errno, **self._context(key),
-                ) from exc
-        # Only from the outermost synced folders: those above the others were just synced.
-        done |= set(directories)
-        try:
-            sync_folders_above([d for d in directories if not _inside(d, done)], self._store.path)
-        except OSError as exc:
-            raise TrainingStatusCheckpointError(
-                f"Cannot record the checkpoint at steps {entry['steps']} of {self._where(key)}: "
-                f"syncing the folder {exc.filename} above it to disk failed ({exc.strerror or exc}). "
-                "Nothing was recorded or removed; check the disk, or pass synced=True if you made "
-                "the files and their folders durable yourself.",
-                file_path=entry["file_path"], errno=exc.errno, **self._context(key),
-            ) from exc
+        """fsync the entry's files and folders, and the folders above (``folders.sync_entry``)."""
+        sync_entry(entry, synced, self._store.path, self._where(key), self._context(key))
 
     def _record(self, store: StatusStore, entry: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The transaction's body: append, trim, set. Returns the dropped entries and the document
@@ -667,98 +370,10 @@ class CheckpointList:
         """Is a file of ``entry`` missing, not a file, or of another size than recorded?"""
         return next(_faults(entry, self._root), None) is not None
 
-    def _problem(self, entry: Any, check: Check | None) -> str | None:
-        """Why ``entry`` is not a usable checkpoint, or None if it is."""
-        paths = _entry_paths(entry)
-        if paths is None or type(entry.get("steps")) is not int:
-            return "not a checkpoint entry in ML-Agents' layout (steps, file_path, auxillary_file_paths)"
-        for _, _, why in _faults(entry, self._root):
-            return why
-        if check is not None:
-            try:
-                result = check(dict(entry))
-            except Exception as exc:  # noqa: BLE001 - a loader failing on the file means "broken"
-                return f"the check raised {type(exc).__name__}: {exc}"
-            if not result:
-                return f"the check returned {result!r}"
-        return None
-
     def _report(self, key: str, skipped: list[tuple[Any, str]], chosen: Mapping[str, Any] | None) -> None:
-        details = "; ".join(f"steps {_steps(entry)} ({reason})" for entry, reason in skipped)
-        if chosen is not None:
-            message = (f"Skipped {len(skipped)} newer checkpoint(s) of {self._where(key)}: {details}. "
-                       f"Using the checkpoint at steps {chosen['steps']} ({chosen['file_path']}).")
-        elif key == FINAL_CHECKPOINT:
-            message = f"The final checkpoint of {self._where(key)} is not usable: {details}. final() returned None."
-        else:
-            message = (f"No checkpoint of {self._where(key)} is usable: {details}. latest() returned None: "
-                       "training starts without a checkpoint.")
-        if key == CHECKPOINTS:
-            message += " The entries stay listed; prune_missing() drops those whose files are gone."
-        warn(TrainingStatusCheckpointWarning(
-            message,
-            skipped=list(skipped), **self._context(key),
-        ))
-
-
-def sync_folders_above(directories: Iterable[str], status_path: str) -> None:
-    """fsync the folders above ``directories`` up to the one they share with the status file.
-
-    A folder made since the status file (``models/`` in a new run) is itself an entry of the
-    folder above it, and so on up: until those are synced, a power loss can lose ``models/`` with
-    the checkpoint in it while the list naming it survives. Above the folder shared with the
-    status file nothing is new (the store syncs its own folders). Real paths on both sides, so a
-    symlink in either does not send the walk to ``/``; nothing for a status file that is no
-    local path (an object store: no folder to share).
-
-    A folder this process may not open (a traverse-only group folder, mode 711) cannot be synced
-    by it at all, and a filesystem that refuses directory fsync has nothing to sync: both are
-    skipped. Any other error (EIO, say) is raised as an ``OSError`` naming the folder.
-    """
-    if not os.path.isabs(status_path):  # an s3:// URL, or ML-Agents' unbound "<memory>" store
-        return
-    status_dir = os.path.realpath(os.path.dirname(status_path))
-    above: dict[str, None] = {}
-    for directory in directories:
-        current = os.path.realpath(directory)
-        try:
-            shared = os.path.commonpath([current, status_dir])
-        except ValueError:  # different drives (Windows): nothing shared
-            continue
-        while current != shared:
-            parent = os.path.dirname(current)
-            if parent == current:  # the filesystem's root
-                break
-            above[parent] = None
-            current = parent
-    for folder in above:
-        try:
-            _fsync(folder, directory=True)
-        except OSError as exc:
-            if exc.errno not in _CANNOT_SYNC_A_FOLDER:
-                raise OSError(exc.errno, exc.strerror, folder) from exc
-            logger.debug("trainstatus: skipped syncing folder %s above a checkpoint: %s", folder, exc)
-
-
-# Opening a folder without read permission (EACCES, EPERM); a filesystem without directory fsync
-# (EINVAL, ENOTSUP/EOPNOTSUPP): nothing this process can do, and nothing it could make durable there.
-_CANNOT_SYNC_A_FOLDER = frozenset({errno.EACCES, errno.EPERM, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+        warn_skipped(key, skipped, chosen, self._where(key), self._context(key))
 
 
 def _in_transaction(store: StatusStore) -> bool:
     """Whether this thread is inside ``store.transaction()`` (the store has no public way to say)."""
     return bool(store._tx_depth) and store._tx_owner == threading.get_ident()
-
-
-def _inside(folder: str, folders: set[str]) -> bool:
-    """Is ``folder`` below one of ``folders``?"""
-    parent = os.path.dirname(folder)
-    while parent != folder:
-        if parent in folders:
-            return True
-        folder, parent = parent, os.path.dirname(parent)
-    return False
-
-
-def _steps(entry: Any) -> Any:
-    return entry.get("steps", "?") if isinstance(entry, Mapping) else "?"

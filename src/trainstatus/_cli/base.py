@@ -1,9 +1,9 @@
 """What every ``trainstatus`` command shares: exit statuses, one-line errors and warnings, reading
-a file's bytes, and ``run``, which runs the command ``_cli_main`` parsed.
+a file's bytes, and ``run``, which runs the command ``_cli.main`` parsed.
 
-The reading commands ``show`` and ``get`` (``_cli_read``) need nothing more than this and Python's
+The reading commands ``show`` and ``get`` (``_cli.read``) need nothing more than this and Python's
 json, so that printing a small file costs little more than starting the interpreter; the other
-commands live in ``_cli`` (and ``_cli_history``), which loads the store, the codec and orjson.
+commands live in ``_cli`` (and ``_cli.history``), which loads the store, the codec and orjson.
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def _python_sigint() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the command ``_cli_main.main`` parsed; return the exit status."""
+    """Run the command ``_cli.main.main`` parsed; return the exit status."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:  # a lone surrogate from a file prints as its \\u escape

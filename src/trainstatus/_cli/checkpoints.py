@@ -13,8 +13,9 @@ import argparse
 import os
 import shlex
 
-from .._checkpoints.checkpoint_list import FINAL_CHECKPOINT, CheckpointList, changed_files, missing_files
-from .commands import _open_store, _root
+from .._checkpoints.checkpoint_list import CheckpointList
+from .._checkpoints.files import FINAL_CHECKPOINT, changed_files, missing_files
+from .target import _open_store, _root
 from .base import EXIT_OK, _Fail, _json, _missing, _plural, _where
 from .names import PROG
 from .._load import METADATA

@@ -1,7 +1,7 @@
 """The command line's ``history``, ``diff`` and ``restore``: the versions a store keeps beside a file.
 
 Kept apart from ``_cli`` (the other commands) because it is one concern: reading the versions that
-``_history`` keeps, comparing two of them key by key, and putting one back. ``_cli`` registers
+``_storage.history`` keeps, comparing two of them key by key, and putting one back. ``_cli`` registers
 these commands when it builds its parser.
 """
 
@@ -14,13 +14,14 @@ import os
 import warnings
 
 from .._storage import history as _history
-from .commands import _target
+from .target import _target
 from .base import EXIT_OK, _Fail, _json, _label, _missing, _plural, _read_bytes, _unreadable
 from .names import CURRENT as _CURRENT
 from .names import PROG
 from .._codec.values import Entry, decode
 from .._load import Corrupt, Document, load_document
-from .._storage.local import LocalFile, byte_size
+from .._storage.local import LocalFile
+from .._storage.messages import byte_size
 from .._store import DEFAULT_HISTORY
 
 __all__ = ["_cmd_diff", "_cmd_history", "_cmd_restore"]
@@ -222,7 +223,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     label, data = _pick(args.path, args.version, versions, current=False)
     document = _document(label, data)
     directory, name = _target(args.path)
-    # As for set and delete (_cli._open_store): as many versions as there are, at least the
+    # As for set and delete (target._open_store): as many versions as there are, at least the
     # default, whatever history= the trainers use.
     storage = LocalFile(os.path.join(directory, name), durable=True, lock=args.lock,
                         history=max(DEFAULT_HISTORY, len(versions)))

@@ -2,7 +2,7 @@
 
 For a flock, the holders are read from ``/proc/locks`` and named by their command lines; for the
 soft lock, from the lease file's marker. Nothing here creates, takes or removes a lock file. Below
-both ``_cli_base`` (a command that timed out) and ``_cli`` (``check``), so neither imports the other.
+both ``_cli.base`` (a command that timed out) and ``_cli`` (``check``), so neither imports the other.
 """
 
 from __future__ import annotations

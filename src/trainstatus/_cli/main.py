@@ -3,7 +3,7 @@
 ``trainstatus show PATH`` (and ``show --json PATH``), the command run most, is read here without
 argparse: building the parser with every command's help and importing argparse (with gettext,
 locale) was about half of what ``show`` costs over starting Python (issue 23). Any other command
-line, ``show`` with any other option included, goes to argparse (``_cli_parser``), so its help,
+line, ``show`` with any other option included, goes to argparse (``_cli.parser``), so its help,
 usage and error messages are argparse's, unchanged; ``_plain_show`` accepts only command lines
 argparse reads the same way (a test compares the two).
 """

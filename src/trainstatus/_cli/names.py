@@ -1,7 +1,7 @@
 """The names every part of the command line shares, below all of them (so none imports another back).
 
-``_cli_main`` (the entry), ``_cli_parser`` (the parser) and the command modules they load
-(``_cli_base``, ``_cli``, ``_cli_read``, ``_cli_history``, ``_cli_checkpoints``) import these from
+``_cli.main`` (the entry), ``_cli.parser`` (the parser) and the command modules they load
+(``_cli.base``, ``_cli``, ``_cli.read``, ``_cli.history``, ``_cli.checkpoints``) import these from
 here; nothing is imported by this module, so ``trainstatus --help`` pays for nothing more.
 """
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 PROG = "trainstatus"
 DEFAULT_LOCK_TIMEOUT = 30.0
 CURRENT = "current"  # diff/restore: the file itself, as opposed to a kept version
-# _locking.LOCK_MODES, spelled out so the parser does not import the locking module (a test checks
+# _lock.path_lock.LOCK_MODES, spelled out so the parser does not import the locking module (a test checks
 # that the two agree).
 LOCK_MODES = ("flock", "soft")
 

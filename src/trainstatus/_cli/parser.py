@@ -1,9 +1,10 @@
 """The command line's argparse parser: every command, its options and its help.
 
-Built by ``_cli_main`` for every command line but a plain ``show PATH`` (which it reads itself, so
-that printing a file does not pay for argparse). The commands themselves live in ``_cli_read``,
-``_cli`` (and ``_cli_history``, ``_cli_checkpoints``), imported once the arguments are parsed: a
-mistyped option or ``--help`` answers without loading orjson, filelock or the store (issue 13).
+Built by ``_cli.main`` for every command line but a plain ``show PATH`` (which it reads itself, so
+that printing a file does not pay for argparse). The commands themselves live in ``_cli.read``,
+``write``, ``check``, ``corrupt`` (and ``_cli.history``, ``_cli.checkpoints``), imported once the
+arguments are parsed: a mistyped option or ``--help`` answers without loading orjson, filelock or
+the store (issue 13).
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ examples:
     get.add_argument("key", metavar="KEY")
     get.add_argument("--compact", action="store_true", help="on one line, without indentation")
 
-    set_ = command("set", _Command("commands", "_cmd_set"), "store one value (locked, atomic, durable)", """\
+    set_ = command("set", _Command("write", "_cmd_set"), "store one value (locked, atomic, durable)", """\
 how VALUE is read:
   - as JSON: 3, -2.5, true, false, null, "text", [1, 2], {"steps": 10}, and NaN, Infinity,
     -Infinity as Python's json and ML-Agents write them. An object may not give a key twice.
@@ -223,7 +224,7 @@ examples:
     set_.add_argument("value", metavar="VALUE", help="JSON, or plain text (see below); - reads it from standard input (not with --string)")
     set_.add_argument("--string", action="store_true", help="store VALUE as a string, never as JSON")
 
-    delete = command("delete", _Command("commands", "_cmd_delete"), "remove one key (locked, atomic, durable)", """\
+    delete = command("delete", _Command("write", "_cmd_delete"), "remove one key (locked, atomic, durable)", """\
 a category whose last key goes is removed too. Exit status 1 (and nothing written) when the key
 is not set. A file of a newer format version is not rewritten unless --allow-downgrade is given.
 
@@ -234,7 +235,7 @@ example:
     delete.add_argument("category", metavar="CATEGORY", help="a behavior or parameter name")
     delete.add_argument("key", metavar="KEY")
 
-    check = command("check", _Command("commands", "_cmd_check"), "validate the file without changing anything", """\
+    check = command("check", _Command("check", "_cmd_check"), "validate the file without changing anything", """\
 one line per finding: whether the file parses as a status document, any name given twice in one
 object (a key or a category: only the last is read, and a write keeps only it), its format
 version and metadata, whether the lock (or a soft lock's lease: holder, host, age) is held right
@@ -276,7 +277,7 @@ example:
                        help="the directory relative file paths are under (default: the current directory, "
                             "as mlagents-learn resolves them)")
 
-    corrupt = command("corrupt", _Command("commands", "_no_subcommand"), "list or restore copies kept aside", """\
+    corrupt = command("corrupt", _Command("corrupt", "_no_subcommand"), "list or restore copies kept aside", """\
 a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and
 starts from the newest intact version in its history (empty without one); corrupt restore also
 keeps the file it replaces under such a name.
@@ -287,14 +288,14 @@ examples:
       results/run1/run_logs/training_status.json.corrupt-20250101T120000.000000Z
 """)
     corrupt_commands = corrupt.add_subparsers(dest="corrupt_command", metavar="COMMAND", required=True)
-    listing = command("list", _Command("commands", "_cmd_corrupt_list"), "list the copies kept aside, newest first", """\
+    listing = command("list", _Command("corrupt", "_cmd_corrupt_list"), "list the copies kept aside, newest first", """\
 each with its size and whether it parses as a status document (only those can be restored).
 
 example:
   trainstatus corrupt list results/run1/run_logs/training_status.json
 """, on=corrupt_commands)
     listing.add_argument("path", metavar="PATH", help="the status file")
-    restore = command("restore", _Command("commands", "_cmd_corrupt_restore"), "put a copy kept aside back in place", """\
+    restore = command("restore", _Command("corrupt", "_cmd_corrupt_restore"), "put a copy kept aside back in place", """\
 only a copy that parses as a status document is restored, byte for byte, under the lock with the
 atomic write protocol. The current file, if any, is first kept aside under a new
 <file>.corrupt-<UTC time> name, so nothing is lost and the restore can be undone the same way.
@@ -313,7 +314,7 @@ example:
 
 
 def _history_commands(command: Callable[..., argparse.ArgumentParser], locking: argparse.ArgumentParser) -> None:
-    """Add ``history``, ``diff`` and ``restore`` (run by ``_cli_history``)."""
+    """Add ``history``, ``diff`` and ``restore`` (run by ``_cli.history``)."""
     history = command("history", _Command("history", "_cmd_history"), "list the earlier versions kept beside the file", """\
 a store keeps the version each write replaces as .<file>.history-<n> beside the file (the newest
 20 by default; StatusStore(..., history=N), history=0 for none). One line per version, newest

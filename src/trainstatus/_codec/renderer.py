@@ -1,6 +1,6 @@
 """The file's bytes for a store's successive documents, rebuilding only what a write changed.
 
-``_codec.render`` builds the file from every key's bytes on each call: one join over a list of
+``_codec.document.render`` builds the file from every key's bytes on each call: one join over a list of
 four pieces per key, rebuilt each time, so its cost grew with the number of keys and categories
 (60,000 pieces, 3-9 ms, for a 1 MB file of many small values) although a write changes one key.
 A store's ``Renderer`` keeps, between writes, each category's pieces: a small category's as one
@@ -14,7 +14,7 @@ changes a document's category dicts in place, it lays a change over a copy of th
 is unchanged; one whose dict is new is rebuilt whole, unless the caller says which document it
 was made from (``base``) and which keys it changed (``changed``), and the category's dict in
 ``base`` is the one rendered last time: then only those keys' chunks are rebuilt. The output is
-byte for byte ``_codec.render``'s.
+byte for byte ``_codec.document.render``'s.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from itertools import chain, compress, count, islice, repeat
 
-from .values import _CATEGORY_SEP, _ENTRY_SEP, _RAW, Entry, _name_bytes, render
+from .document import _CATEGORY_SEP, _ENTRY_SEP, _RAW, render
+from .names import _name_bytes
+from .values import Entry
 
 __all__ = ["Renderer"]
 
@@ -167,7 +169,7 @@ class _Category:
 
 
 class Renderer:
-    """``_codec.render`` for one store's successive documents, keeping what did not change.
+    """``_codec.document.render`` for one store's successive documents, keeping what did not change.
 
     Not shared between threads: a store renders under its write lock; a second thread arriving
     while one renders gets the uncached render rather than wait or disturb the cache.
@@ -187,7 +189,7 @@ class Renderer:
         base: Mapping[str, Mapping[str, Entry]] | None = None,
         changed: Iterable[tuple[str, str]] = (),
     ) -> bytes:
-        """``_codec.render(document)``.
+        """``_codec.document.render(document)``.
 
         ``base`` and ``changed``, together: ``document`` is ``base`` with the (category, key) pairs
         of ``changed`` set or deleted (and categories left empty removed), each touched category a

@@ -1,1 +1,13 @@
-"""TODO"""
+"""The cross-process lock of a status file: ``flock`` (or a soft lease on NFS), with fair turns.
+
+- ``path_lock``: ``PathLock``, one per status file per process (a thread lock in front of the file
+  lock), the soft lease, and what a timeout says; ``lock_for`` hands them out.
+- ``descriptor``: the held ``flock`` descriptor and its wait: in line (``fair``), in the kernel
+  (``kernel_wait``), or handing the change over to the holder (``mailbox``).
+- ``kernel_wait``: threads blocked in the kernel, so a waiter can still time out and see Ctrl-C.
+- ``fair``: the waiting list in the lock file; the longest waiter goes first.
+- ``mailbox``: group commit across processes, the boxes a waiter posts its change in.
+
+May import: ``_codec`` (a box decodes entries), ``_errors``, ``_interrupts``, ``_lazy``; never the
+store or the storage above it. filelock is imported on first use.
+"""

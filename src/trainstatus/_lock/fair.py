@@ -1,6 +1,6 @@
 """Fair turns for processes waiting on one file lock: the longest waiter goes first.
 
-``flock`` wakes nobody in order, and a waiter polls (see ``_locking``): the process that just
+``flock`` wakes nobody in order, and a waiter polls (see ``_lock``): the process that just
 released the lock, still running, takes it again before any waiter's next try. Eight processes on
 one file then got 0.43 times one process's sets per second, with a p99 of 200 times its p50: one
 process wrote while the others slept through their chances.
@@ -9,15 +9,15 @@ So waiting processes sign in, in the lock file itself: a small registry of slots
 each ``(pid, check, arrival)`` in 16 bytes written with one ``pwrite`` (the lock file has no other
 content; ``flock`` does not look at it). A process that takes the lock at its first try and
 finds a waiter signed in lets the lock go at once and signs in behind (the list is read only when
-the lock file shows a change since it was last read empty: ``_locking``, issue 23). Only the oldest
-waiter tries, and waits in ``flock`` itself (see ``_locking``). The one that gets the lock signs out.
+the lock file shows a change since it was last read empty: ``_lock``, issue 23). Only the oldest
+waiter tries, and waits in ``flock`` itself (see ``_lock``). The one that gets the lock signs out.
 
 The others wait without polling, each in the kernel behind the waiter directly ahead of it (Linux,
 on a local filesystem): a waiter in slot ``s`` holds open-file-description byte-range locks on
 byte ``_SIZE + s`` of the lock file (it lives) and on its turn byte (``turn_byte``: of its slot
-and arrival) while it is signed in, and the one behind it blocks (on a thread, ``_locking``)
+and arrival) while it is signed in, and the one behind it blocks (on a thread, ``_lock``)
 taking that turn byte. It is woken the moment the waiter ahead signs out (it took the lock, or a
-holder wrote its change: ``_mailbox``) or dies (the kernel lets a dead process's locks go), and
+holder wrote its change: ``_lock.mailbox``) or dies (the kernel lets a dead process's locks go), and
 then looks at the list again.
 Byte-range locks and ``flock`` do not see each other on a local filesystem; on a network one
 ``flock`` may be made of byte-range locks, so anywhere else, and where the byte lock fails, the
@@ -134,12 +134,12 @@ def _alive(pid: int) -> bool:
 
 class Registry:
     """The waiting list in one open lock file; ``fd_of()`` gives its descriptor, opened read-write
-    by ``real_os``, at each use (a lock file replaced under us is opened again by ``_locking``: a
+    by ``real_os``, at each use (a lock file replaced under us is opened again by ``_lock``: a
     number kept here could by then be another file's).
 
     ``real_os`` is the ``os`` module that opened it, and it must be the real one: under pyfakefs
     the descriptor is a fake one, and the real ``pread`` would read whatever real file has its
-    number (``_locking`` makes no registry then, and waiters poll as before).
+    number (``_lock`` makes no registry then, and waiters poll as before).
     """
 
     def __init__(self, fd_of: Callable[[], int | None], real_os: Any, *, handoff: bool = False) -> None:
@@ -150,7 +150,7 @@ class Registry:
         self._since = 0.0
         # Waiting behind the one ahead in the kernel (see the module's doc): ``_mine`` is a
         # duplicate of the descriptor (one open file description, which outlives the descriptor
-        # ``_locking`` may replace) that holds the byte of this process's slot.
+        # ``_lock`` may replace) that holds the byte of this process's slot.
         self._handoff = handoff and _HANDOFF
         self._mine: int | None = None
         self._pid = 0  # the process that made _mine (a forked child must not touch it)
@@ -294,7 +294,7 @@ class Registry:
     def live_waiters(self) -> list[tuple[int, int, int]]:
         """``(slot, pid, arrival)`` of each signed-in waiter that holds its byte, oldest first.
 
-        Asked by the process holding the lock (``_mailbox``): on its own descriptor, whose open
+        Asked by the process holding the lock (``_lock.mailbox``): on its own descriptor, whose open
         file description holds no byte, so a byte shown held is another waiter's.
         """
         if not _HANDOFF or not _on_local_filesystem(self.fd):

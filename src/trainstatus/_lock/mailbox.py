@@ -2,7 +2,7 @@
 
 Eight processes setting keys of one file took turns, each writing and syncing the whole file
 alone: together they wrote half as many sets per second as one process (issue 23). So a process
-that must wait for the lock (``_fair``: it signed in at slot ``s``) posts its changes in a box of
+that must wait for the lock (``_lock.fair``: it signed in at slot ``s``) posts its changes in a box of
 the lock file, past the waiting list: ``box_of(s)``. The process holding the lock, before it
 writes its own changes, takes every box whose waiter still waits (``collect``), lays those changes
 over its own, writes the file once, and only after that write is durable marks each box ``DONE``
@@ -21,7 +21,7 @@ holder that fails or dies costs time, never a change:
   it claimed: an interrupted waiter signs out, and another may post in its slot meanwhile.
 
 A box is the waiter's only while its slot holds its ``(pid, arrival)`` and its slot's byte is held
-(``_fair``): a box left behind by a process that died, or torn (its checksum fails), is never
+(``_lock.fair``): a box left behind by a process that died, or torn (its checksum fails), is never
 taken. A holder takes only what it can write as its writer would have: a ``durable`` change only
 into a durable write, and only from a store with the same metadata of its own (``meta``).
 """
@@ -45,7 +45,7 @@ _MAGIC = 0x7E57B0C5  # another version of trainstatus, with another box format, 
 # magic, state, pid, claimer, arrival, durable, length, crc32 of (pid, arrival, durable, payload)
 _HEAD = struct.Struct("<IIIIqIII")
 _STATE_AT = 4
-_BASE = 4096  # past the waiting list (_fair._SIZE) and the bytes its waiters lock
+_BASE = 4096  # past the waiting list (_lock.fair._SIZE) and the bytes its waiters lock
 _CLAIM_BYTES = 2048  # the claim byte of box s is _CLAIM_BYTES + s (locked, never written)
 BOX = 16384  # a box's size: a change that does not fit is written by its own process
 _ITEM = struct.Struct("<IIIB")  # category, key, raw lengths; exotic
@@ -72,7 +72,7 @@ def encode(changes: list[tuple[tuple[str, str], Entry]], meta: bytes) -> bytes |
 
 def decode(payload: bytes) -> tuple[bytes, list[tuple[tuple[str, str], Entry]]]:
     """``(meta, changes)`` of a payload ``encode`` made (checked by its checksum already)."""
-    from .._codec.values import Entry  # loaded by every store already; not by _locking's importers
+    from .._codec.values import Entry  # loaded by every store already; not by _lock's importers
 
     meta_length, count = struct.unpack_from("<II", payload)
     at = 8 + meta_length

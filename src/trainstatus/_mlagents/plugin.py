@@ -34,7 +34,7 @@ import os
 from typing import Any
 
 from .._storage import atomic as _atomic, filenames as _names
-from .._checkpoints.checkpoint_list import _fsync, remove_unlisted, sync_folders_above
+from .._checkpoints.folders import _fsync, remove_unlisted, sync_folders_above
 from .._errors import TrainingStatusError
 from .status import GlobalTrainingStatus, SavedStateView
 

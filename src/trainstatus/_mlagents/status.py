@@ -17,7 +17,7 @@ from typing import Any
 
 from .._errors import TrainingStatusError, TrainingStatusTypeError, TrainingStatusVersionWarning, warn
 from .._load import STATUS_FORMAT_VERSION, compare_metadata
-from .._storage.local import Memory
+from .._storage.memory import Memory
 from .._store import StatusStore
 from .._version import __version__
 

@@ -1,4 +1,4 @@
-"""The status document as one Azure blob: the azure-storage-blob adapter of ``_object_store``.
+"""The status document as one Azure blob: the azure-storage-blob adapter of ``_remote.object_store``.
 
 Each write is a Put Blob with ``If-Match: <ETag last read or written>``, or ``If-None-Match: *``
 (only if there is no blob). A stale ``If-Match`` is ``412``; a create over an existing blob is

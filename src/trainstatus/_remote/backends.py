@@ -1,4 +1,4 @@
-"""Which object store adapter opens a URL (``_s3``, ``_gcs``, ``_azure``), each imported only then."""
+"""Which object store adapter opens a URL (``_remote.s3``, ``_remote.gcs``, ``_remote.azure``), each imported only then."""
 
 from __future__ import annotations
 

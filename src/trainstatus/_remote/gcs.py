@@ -1,4 +1,4 @@
-"""The status document as one Google Cloud Storage object: the google-cloud-storage adapter of ``_object_store``.
+"""The status document as one Google Cloud Storage object: the google-cloud-storage adapter of ``_remote.object_store``.
 
 Each write is an upload with ``ifGenerationMatch=<generation last read or written>``, or
 ``ifGenerationMatch=0`` (only if there is no object); a lost race is ``412 Precondition Failed``.

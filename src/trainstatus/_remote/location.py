@@ -25,7 +25,7 @@ _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _SCHEME_CHARS = _LETTERS | frozenset("0123456789+.-")
 SUPPORTED = "s3://, gs:// and az:// URLs and local paths"
 
-# scheme -> the object store it names (the module of its adapter: _s3, _gcs, _azure)
+# scheme -> the object store it names (the module of its adapter: _remote.s3, _remote.gcs, _remote.azure)
 _OBJECT_STORES = {"s3": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
 
 

@@ -9,7 +9,7 @@ lost the race is refused (412, or 409 for a create), which ``replace`` turns int
 store reads the object again, lays its pending changes over it key by key and tries again
 (``StatusStore._write``).
 
-This module holds that protocol once. An adapter (``_s3``, ``_gcs``, ``_azure``) only says how to
+This module holds that protocol once. An adapter (``_remote.s3``, ``_remote.gcs``, ``_remote.azure``) only says how to
 send four requests (get with version, head, conditional put, make a client) and what an error of
 its SDK means (``Failure``).
 
@@ -39,7 +39,7 @@ from .._errors import (
     TrainingStatusValueError,
     TrainingStatusWriteError,
 )
-from .._storage.local import Conflict, Storage
+from .._storage.base import Conflict, Storage
 
 __all__ = ["Failure", "ObjectStorage", "check_options", "import_sdk"]
 
@@ -103,7 +103,7 @@ class ObjectStorage(Storage):
 
     Subclasses set ``scheme``, ``container`` (bucket or container name), ``name`` (the object's
     name in it) and ``endpoint`` (the server's URL: the probe that it honours conditional writes
-    runs once per endpoint and process, ``_probe``), and implement the ``_``-methods below.
+    runs once per endpoint and process, ``_remote.probe``), and implement the ``_``-methods below.
     """
 
     conditional = True
@@ -234,7 +234,7 @@ class ObjectStorage(Storage):
     def lock(self, timeout: float | None, *, configured: float | None = None) -> ContextManager[object]:
         return contextlib.nullcontext()  # the condition on each write does the excluding
 
-    # -- what the probe of conditional writes uses (_probe.Probed) -----------------------------------
+    # -- what the probe of conditional writes uses (_remote.probe.Probed) -----------------------------------
 
     def beside(self, url: str) -> ObjectStorage:
         """A storage on the object ``url`` (this object's URL plus a suffix) of the same server,

@@ -48,7 +48,7 @@ from .._errors import (
     TrainingStatusValueError,
     TrainingStatusWriteError,
 )
-from .._storage.local import Conflict
+from .._storage.base import Conflict
 
 __all__ = ["MARK", "OPTION", "Gate", "Probed"]
 

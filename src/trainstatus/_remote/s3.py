@@ -1,4 +1,4 @@
-"""The status document as one S3 (or S3-compatible) object: the boto3 adapter of ``_object_store``.
+"""The status document as one S3 (or S3-compatible) object: the boto3 adapter of ``_remote.object_store``.
 
 Each write is a ``PutObject`` with ``If-Match: <ETag>`` or ``If-None-Match: *``; a lost race is
 ``412 Precondition Failed`` (``409`` when two conditional writes overlap). An ETag is the MD5 of the

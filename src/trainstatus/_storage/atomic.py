@@ -1,7 +1,7 @@
 """The write protocol: replace a file with new bytes so a crash leaves the old or the new file.
 
 Each step is a module-level function called through this module from ``write_atomic`` alone, so a
-test can replace any one of them (``monkeypatch.setattr(_atomic, "sync_file", failing)``) and
+test can replace any one of them (``monkeypatch.setattr(_storage.atomic, "sync_file", failing)``) and
 check what a fault there leaves behind. On any failure before the rename the temp file is removed
 and the first error is re-raised; a failing clean-up never hides it.
 
@@ -24,10 +24,6 @@ import itertools
 import os
 import stat
 from collections.abc import Callable
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
-if TYPE_CHECKING:
-    from typing import Any
-
 from . import filenames as _names
 
 __all__ = [

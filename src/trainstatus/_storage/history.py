@@ -4,7 +4,7 @@ Version ``n`` of ``training_status.json`` is kept as ``.training_status.json.his
 in the file's own directory. Why this layout:
 
 - the version a write replaces is already complete and durable: a second name for its inode,
-  taken just before the rename (``_atomic.keep_previous``), keeps it for one ``link()`` call, and
+  taken just before the rename (``_storage.atomic.keep_previous``), keeps it for one ``link()`` call, and
   its bytes are never copied or changed;
 - in the same directory, the directory fsync that makes the rename durable makes that name
   durable too. A folder of its own would cost a second directory fsync on every write;

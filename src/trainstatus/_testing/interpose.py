@@ -3,8 +3,8 @@
 ``Interposer`` replaces functions of ``os`` for the length of a ``with`` block and shows a hook
 every call on a path inside one directory tree (the *root*) or on a descriptor opened on such a
 path; every other call passes straight through. With ``builtin_open``, the builtin ``open`` inside
-the root is made of those calls too (``_testing_open``). The power-loss recorder
-(``_testing_record``) is such a hook; so are the fault injectors of the test suite.
+the root is made of those calls too (``_testing.opens``). The power-loss recorder
+(``_testing.record``) is such a hook; so are the fault injectors of the test suite.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Interposer:
     The functions are replaced on the ``os`` this module sees, which is the one every trainstatus
     module sees: the real module, or under pyfakefs its fake one. With ``builtin_open``, the
     builtin ``open`` (and ``io.open``) of a file inside the root gives a file object made of those
-    os calls (``_testing_open``), and an ``open`` for writing that still bypasses them (C code)
+    os calls (``_testing.opens``), and an ``open`` for writing that still bypasses them (C code)
     is told to ``hook.unseen``.
     """
 

@@ -1,7 +1,8 @@
 """Simulated kills: the n-th write of any store stops at a named point of the write protocol.
 
-The write protocol (``_atomic.write_atomic``) tells ``_atomic.observer`` each point it passes;
-``kill_at`` installs an observer that counts writes and, at the chosen point of the chosen one:
+The write protocol (``_storage.atomic.write_atomic``) tells ``_storage.atomic.observer`` each point
+it passes; ``kill_at`` installs an observer that counts writes and, at the chosen point of the
+chosen one:
 
 1. lets background work already queued (history pruning on the closer thread) finish, so the
    outcome does not depend on thread timing;
@@ -15,146 +16,42 @@ removed, locks are released, ``finally`` blocks write): when the block ends, ``k
 folder back exactly as it was at the kill. While the exception is unwinding, anything that uses a
 dead store, and any write of any store, raises the same ``SimulatedKill`` again: a dead process
 does nothing more.
+
+This module holds that session and its runners (``kill_at``, ``find_crash_points``,
+``count_writes``, ``every_crash``, and the pytest plugin's ``WriteCount``); the crash points and
+the names a kill is made of (``POINTS``, ``Kill``, ``SimulatedKill``, the errors) are in
+``points``. It imports ``points``, ``fs``, the store, the local file's storage and its closer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
-from .._storage import atomic as _atomic, local as _storage
+from .._storage import atomic as _atomic
+from .._storage.closer import _closer
+from .._storage.local import LocalFile
 from .. import _store
-from .._errors import TrainingStatusError, TrainingStatusTypeError, TrainingStatusValueError
+from .._errors import TrainingStatusError, TrainingStatusValueError
 from .._store import StatusStore
 from .fs import FsState, restore, snapshot
+from .points import (
+    _ONLY_DURABLE,
+    POINTS,
+    CrashPoint,
+    Kill,
+    SimulatedKill,
+    TrainingStatusKilledError,
+    TrainingStatusTestError,
+    _check_points,
+)
 
-__all__ = [
-    "POINTS",
-    "CrashPoint",
-    "Kill",
-    "SimulatedKill",
-    "TrainingStatusKilledError",
-    "TrainingStatusTestError",
-    "count_writes",
-    "crash_points",
-    "every_crash",
-    "find_crash_points",
-    "kill_at",
-]
-
-POINTS = ("created", "half-written", "written", "synced", "renamed", "dir-synced", "returned")
-"""The points of a write where ``kill_at`` can stop it, in the order a write passes them:
-
-- ``created``: the temp file exists, empty;
-- ``half-written``: the temp file holds the first half of the new document (a kill inside ``write``);
-- ``written``: the temp file holds all of it, not yet synced;
-- ``synced``: the temp file is fsynced (only ``durable=True`` stores sync);
-- ``renamed``: the temp file has replaced the status file, the directory is not synced yet;
-- ``dir-synced``: the directory is synced (``durable=True`` only);
-- ``returned``: the call that wrote (``set``, a transaction's end, ``CheckpointList.add``'s write)
-  is done, its background work included; the caller's next line never runs.
-
-The first three leave the old status file and a temp file; the last three the new file.
-"""
-
-_REPLACED = frozenset({"renamed", "dir-synced", "returned"})
-_ONLY_DURABLE = frozenset({"synced", "dir-synced"})
-
-
-class SimulatedKill(BaseException):
-    """The process was killed here (simulated by ``trainstatus.testing.kill_at``).
-
-    A ``BaseException``, like ``KeyboardInterrupt``: a trainer's ``except Exception`` does not
-    catch it, as nothing catches a SIGKILL. ``kill_at`` catches it at the end of its block.
-    Attributes: ``write`` (1 for the first write in the block), ``point`` (one of ``POINTS``),
-    ``path`` (the status file being written).
-    """
-
-    def __init__(self, write: int, point: str, path: str) -> None:
-        super().__init__(f"simulated kill at write {write} ({point}) of {path}; trainstatus.testing.kill_at "
-                         "catches this at the end of its block: let it through (do not catch BaseException)")
-        self.write = write
-        self.point = point
-        self.path = path
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.write, self.point, self.path))
-
-
-class TrainingStatusKilledError(TrainingStatusError):
-    """A store of a process that ``kill_at`` killed was used after the kill.
-
-    A killed trainer runs no more code, so its stores refuse every call but ``close``. Open a new
-    ``StatusStore`` on the file (start the trainer again) to see what it resumes from.
-    """
-
-
-class TrainingStatusTestError(TrainingStatusError, AssertionError):
-    """A crash test did not test what it says: the kill never happened, the trainer swallowed it,
-    or a recording does not explain the folder. An ``AssertionError`` too, so pytest reports it as
-    a failed test."""
-
-
-@dataclasses.dataclass
-class Kill:
-    """What ``kill_at`` yields, filled in by the kill: which write stopped where.
-
-    ``killed`` tells whether the kill happened (``kill_at`` raises at the end of its block if not);
-    ``path`` is the status file that was being written, ``root`` the folder put back as it was at
-    the kill, ``writes`` the number of writes the block started.
-    """
-
-    write: int
-    point: str
-    killed: bool = False
-    path: str | None = None
-    root: str | None = None
-    writes: int = 0
-
-    @property
-    def replaced(self) -> bool:
-        """Whether the killed write's new file had replaced the old one (``renamed`` or later)."""
-        return self.point in _REPLACED
-
-
-class CrashPoint(NamedTuple):
-    """One moment to kill at: the ``write``-th write of the block, at ``point``."""
-
-    write: int
-    point: str
-
-    def __str__(self) -> str:
-        return f"write{self.write}-{self.point}"
-
-
-def crash_points(writes: int, points: tuple[str, ...] | list[str] = POINTS) -> list[CrashPoint]:
-    """Every (write, point) for ``writes`` writes: for ``pytest.mark.parametrize`` (``ids=str``).
-
-    Give the number of writes the scenario makes; a kill at a write it never makes fails the test
-    (``kill_at`` says how many it made). Leave ``synced`` and ``dir-synced`` out for a store opened
-    with ``durable=False``.
-    """
-    if type(writes) is not int or writes < 1:
-        raise TrainingStatusValueError(
-            f"crash_points: writes= must be the number of writes the scenario makes (an int >= 1), not {writes!r}.")
-    _check_points(points)
-    return [CrashPoint(w, p) for w in range(1, writes + 1) for p in points]
-
-
-def _check_points(points: tuple[str, ...] | list[str]) -> None:
-    if isinstance(points, str):  # iterated, points="renamed" would be a list of letters
-        raise TrainingStatusTypeError(f"points= must be a list of crash points, e.g. [{points!r}], not the str {points!r}.")
-    unknown = [p for p in points if p not in POINTS]
-    if unknown:
-        raise TrainingStatusValueError(f"unknown crash point(s) {unknown!r}; choose from {', '.join(POINTS)}")
-    if not points:
-        raise TrainingStatusValueError(f"points= names no crash point; choose one or more from {', '.join(POINTS)}")
+__all__ = ["WriteCount", "count_writes", "every_crash", "find_crash_points", "kill_at", "write_count"]
 
 
 class _DeadStore(StatusStore):
@@ -243,7 +140,7 @@ class _Session:
     def die(self, target: str, thread: int) -> None:
         # Work an earlier write queued on the background thread finishes first: a real kill may
         # land before or after it; waiting makes the outcome the same on every run.
-        _storage._closer.wait()
+        _closer.wait()
         if self.sigkill:
             os.kill(os.getpid(), signal.SIGKILL)
         kill = self.kill
@@ -255,7 +152,7 @@ class _Session:
         for store in list(_store._live_stores):
             storage = store._storage
             mine = store not in self.before
-            same_file = isinstance(storage, _storage.LocalFile) and storage.target == target
+            same_file = isinstance(storage, LocalFile) and storage.target == target
             if (mine or same_file) and type(store) is StatusStore:
                 store._testing_kill = self  # type: ignore[attr-defined]
                 store.__class__ = _DeadStore
@@ -268,10 +165,10 @@ class _Session:
         if not self.kill.killed:
             return
         self.dying = False
-        _storage._closer.wait()
+        _closer.wait()
         for store in self.dead:
             _close_dead(store)
-        _storage._closer.wait()
+        _closer.wait()
         assert self.saved is not None and self.kill.root is not None
         restore(self.saved, self.kill.root)
         # The dead stores keep this session (for their message), and it the exception: without
@@ -357,7 +254,7 @@ def kill_at(write: int, point: str, *, root: str | os.PathLike[str] | None = Non
         write_count.used = True
         with _observing(_Session(Kill(0, "created"), None, False)) as counting:
             yield Kill(write, point)
-        _storage._closer.wait()
+        _closer.wait()
         write_count.finish(counting.count)
         return
     kill = Kill(write, point)
@@ -408,7 +305,7 @@ def find_crash_points(run: Callable[[], object], points: tuple[str, ...] | list[
     session = _Session(Kill(0, "created"), None, False)
     with _observing(session):
         run()
-    _storage._closer.wait()
+    _closer.wait()
     found = []
     for write in sorted(w for w in session.reached if w > 0):
         passed = session.reached[write]
@@ -426,7 +323,7 @@ def count_writes(run: Callable[[], object]) -> int:
     session = _Session(Kill(0, "created"), None, False)
     with _observing(session):
         run()
-    _storage._closer.wait()
+    _closer.wait()
     return session.count
 
 
@@ -456,6 +353,6 @@ def every_crash(run: Callable[[], object], check: Callable[[Kill], object], *,
             check(kill)
             kills.append(kill)
     finally:
-        _storage._closer.wait()
+        _closer.wait()
         restore(initial, folder)
     return kills

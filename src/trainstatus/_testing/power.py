@@ -1,7 +1,7 @@
 """Power loss, the public face: record a run, hand a check every state a power loss could leave.
 
-The recording is ``_testing_record``'s (over ``_testing_interpose``), the states
-``_testing_model``'s; both are described there and, for users, under "Power loss" in
+The recording is ``_testing.record``'s (over ``_testing.interpose``), the states
+``_testing.model``'s; both are described there and, for users, under "Power loss" in
 docs/testing.md.
 """
 
@@ -17,7 +17,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .._storage import atomic as _atomic, local as _storage
+from .._storage import atomic as _atomic
+from .._storage.closer import _closer
 from .._errors import TrainingStatusValueError
 from .fs import FsState, materialize, snapshot
 from .interpose import Call, Hook, Interposer
@@ -154,7 +155,7 @@ def record(run: Callable[[], object], root: str | os.PathLike[str],
             try:
                 run()
             finally:
-                _storage._closer.wait()
+                _closer.wait()
     finally:
         _atomic.observer = previous
     verify_recording(recorder, folder)

@@ -1,6 +1,6 @@
 """The trace of a run: the operations that decide what a power loss can leave, as they happen.
 
-``Recorder`` is the ``_testing_interpose`` hook that logs, in order, the
+``Recorder`` is the ``_testing.interpose`` hook that logs, in order, the
 operations that decide what a power loss can leave:
 
     create   os.open(O_CREAT) of a name that did not exist      (directory operation)
@@ -16,7 +16,7 @@ operations that decide what a power loss can leave:
 
 It works on os-level calls, not on trainstatus' step functions, so it keeps working when the
 write protocol is reorganized. The builtin ``open`` inside the root is made of those calls while
-recording (``_testing_open``). And it checks itself: replaying the whole trace over the snapshot
+recording (``_testing.opens``). And it checks itself: replaying the whole trace over the snapshot
 taken before the run must give exactly what is on disk after it (names, bytes, permission bits,
 hard links), and no ``open`` for writing inside the root may have bypassed it (its audit event).
 A change made some other way (C code's own writes, an os function not listed here) fails that
@@ -34,7 +34,7 @@ from typing import Any
 
 from .fs import FsState, is_lock_name, snapshot
 from .interpose import Call, Hook, Interposer
-from .kill import TrainingStatusTestError
+from .points import TrainingStatusTestError
 
 __all__ = [
     "DIRECTORY_OPS",
@@ -323,7 +323,7 @@ class IncompleteRecording(TrainingStatusTestError):
 
 
 # Python 3.10's pathlib reaches os through pathlib._NormalAccessor, whose bindings the recording
-# replaces too (``_testing_interpose``); that is tested with a stand-in of the accessor only, so on
+# replaces too (``_testing.interpose``); that is tested with a stand-in of the accessor only, so on
 # 3.10 every message names pathlib as a possible cause.
 _PATHLIB_ACCESSOR = sys.version_info < (3, 11)
 

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._storage import history as _history
-from .._checkpoints.checkpoint_list import CHECKPOINTS, CheckpointList
+from .._checkpoints.checkpoint_list import CheckpointList
+from .._checkpoints.files import CHECKPOINTS
 from .._store import StatusStore
 
 

@@ -33,7 +33,8 @@ from typing import Any
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from .._storage import atomic as _atomic, filenames as _names
-from .._checkpoints.checkpoint_list import CheckpointList, sync_folders_above
+from .._checkpoints.checkpoint_list import CheckpointList
+from .._checkpoints.folders import sync_folders_above
 from .._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusTypeError
 from .._store import StatusStore
 from ._common import drop, newest_whole, remove_stale_temps
@@ -46,7 +47,7 @@ STATUS_FILE = "training_status.json"
 CATEGORY = "lightning"
 """The category of the status file the checkpoints are listed under (``lightning/checkpoints``)."""
 
-_TEMP = re.compile(r"\..*\.ckpt\.trainstatus-[0-9a-f]{16}\.tmp")  # _names.temp_name of a *.ckpt
+_TEMP = re.compile(r"\..*\.ckpt\.trainstatus-[0-9a-f]{16}\.tmp")  # _storage.filenames.temp_name of a *.ckpt
 
 
 class TrainStatusCheckpointIO(CheckpointIO):

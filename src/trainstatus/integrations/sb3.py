@@ -33,7 +33,8 @@ from typing import Any
 from stable_baselines3.common.callbacks import CheckpointCallback
 
 from .._storage import atomic as _atomic, filenames as _names
-from .._checkpoints.checkpoint_list import CheckpointList, sync_folders_above
+from .._checkpoints.checkpoint_list import CheckpointList
+from .._checkpoints.folders import sync_folders_above
 from .._errors import (
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,

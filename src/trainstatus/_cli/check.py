@@ -1,0 +1,222 @@
+"""``trainstatus check``: validate a status file, and what lies beside it, without changing anything.
+
+It reads the file's bytes directly: no store is opened, so a damaged file is not moved aside, no
+lock is taken and no stale temp file is removed. Its findings, one line each (``_Report``): does
+the file parse, names given twice, its format version, and beside a local file the lock and a
+soft lease, temp files a killed writer left, copies kept aside and the history; with ``--files``,
+the checkpoint files the entries list. The findings add up to the exit status: 0 sound, 1
+warnings, 2 corrupt, unreadable or a name given more than once.
+
+Imports ``base``, ``lock``, ``names`` and ``target`` of the command line, the loader and the codec;
+the checkpoint module only for ``--files`` (``lazy_module``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import warnings
+from typing import TYPE_CHECKING
+
+from .._storage import history as _history, filenames as _names
+from .base import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_WARNINGS,
+    _duplicate_problem,
+    _cli_words,
+    _Fail,
+    _label,
+    _plural,
+    _read_bytes,
+    _unreadable,
+    _where,
+    is_url,
+    read_object,
+)
+from .._codec.values import decode
+from .._load import STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, load_document
+from .lock import _lock_state, _soft_lease_state
+from .names import PROG
+from .target import _copies, _root, _shown_directory, _target
+from .._lazy import lazy_module
+
+if TYPE_CHECKING:
+    from .._checkpoints import files as _checkpoints
+else:  # only check --files needs it: check reads alone
+    _checkpoints = lazy_module("trainstatus._checkpoints.files")
+
+__all__ = ["_cmd_check"]
+
+
+_LEVELS = {"ok": EXIT_OK, "info": EXIT_OK, "warning": EXIT_WARNINGS, "problem": EXIT_ERROR,
+           "corrupt": EXIT_ERROR, "error": EXIT_ERROR}
+
+
+class _Report:
+    """Findings of ``check``, one line each, and the exit status they add up to."""
+
+    def __init__(self) -> None:
+        self.status = EXIT_OK
+        self.warnings = 0
+        self.problems = 0
+
+    def __call__(self, level: str, text: str) -> None:
+        self.status = max(self.status, _LEVELS[level])
+        self.warnings += level == "warning"
+        self.problems += level == "problem"
+        print(f"{level}: {text}")
+
+
+def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
+    pattern = _names.temp_pattern(name)
+    found = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if pattern.fullmatch(entry.name):
+                    try:
+                        size: int | None = entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        size = None
+                    found.append((entry.name, size))
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def _check_files(report: _Report, document: Document, path: str, root: str | None) -> None:
+    """``check --files``: every file a checkpoint entry lists must exist and, where the entry
+    recorded sizes, have its recorded size (a warning each if not)."""
+    categories = {c: {k: decode(e) for k, e in entries.items()} for c, entries in document.categories.items()}
+    listed = sum(len(paths) for _, _, paths in _checkpoints._listed(categories))
+    where = f"under {root}" if root is not None else "under the current directory"
+    missing = _checkpoints.missing_files(categories, root)
+    changed = _checkpoints.changed_files(categories, root)
+    rooted = [] if root is None else ["--root", root]
+
+    def fix(category: str, key: str) -> str:
+        if key == _checkpoints.FINAL_CHECKPOINT:
+            return f"`{shlex.join([PROG, 'delete', path, category, key])}` removes it"
+        return f"`{shlex.join([PROG, 'prune-missing', *rooted, path])}` removes such entries"
+
+    for category, key, file_path in missing:
+        report("warning", f"{_where(category, key)} lists {file_path}, which does not exist ({where}); "
+                          f"a resume from it fails: put the file back, or {fix(category, key)}")
+    for category, key, _, why in changed:
+        report("warning", f"{_where(category, key)}: {why} ({where}); the checkpoint was changed since it was "
+                          f"recorded (truncated, overwritten) and a resume from it fails: put the file back, "
+                          f"or {fix(category, key)}")
+    if not missing and not changed:
+        report("ok", f"every checkpoint file listed exists with its recorded size ({_plural(listed, 'file')}, "
+                     f"{where})")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    if args.root is not None and not args.files:
+        raise _Fail("--root is where --files looks for relative checkpoint paths: pass --files too")
+    _root(args.root)
+    path = args.path
+    report = _Report()
+    remote = is_url(path)
+    directory, name = ("", "") if remote else _target(path)
+    unreadable = False
+    try:
+        data = read_object(args) if remote else _read_bytes(path)
+    except _Fail as exc:  # no such object
+        report("error", exc.message)
+        unreadable = True
+    except OSError as exc:
+        report("error", _cli_words(str(exc)) if remote else _unreadable(path, exc))
+        unreadable = True
+    else:
+        try:
+            document = load_document(data)
+        except Corrupt as exc:
+            report("corrupt", exc.reason)
+        else:
+            keys = sum(len(entries) for entries in document.categories.values())
+            report("ok", f"parses as a status document: {_plural(len(document.categories), 'category', 'categories')}, "
+                         f"{_plural(keys, 'key')}, {_plural(len(data), 'byte')}")
+            for duplicate in document.duplicates:
+                report("problem", _duplicate_problem(duplicate))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                check_metadata(document.metadata, {}, location=path)
+            for warning in caught:
+                report("warning", _cli_words(str(warning.message)))
+            if document.skipped:
+                report("info", f"not read by this version (entries of the newer format): "
+                               f"{', '.join(_label(name) for name in document.skipped)}")
+            if not caught:
+                report("ok", f"format version {STATUS_FORMAT_VERSION}")
+            if args.files:
+                _check_files(report, document, path, args.root)
+    if args.files and (unreadable or report.status == EXIT_ERROR):
+        report("info", "checkpoint files not checked (--files): the file is not a readable status document")
+    if remote:
+        report("info", "an object store takes no lock: each write is conditional on the version it read")
+    else:
+        _check_beside(report, path, directory, name)
+    return _verdict(report, path, unreadable)
+
+
+def _check_beside(report: _Report, path: str, directory: str, name: str) -> None:
+    """check's findings about what lies beside a local file: the lock, a lease, temp files, copies, history."""
+    lock_file = os.path.join(directory, _names.lock_name(name))
+    state, detail = _lock_state(lock_file)
+    if state == "held":
+        report("info", f"a write or a transaction is in progress: the lock is held by {detail}")
+    elif state == "free":
+        report("ok", f"the lock is free ({detail})")
+    else:
+        report("info", f"the lock state is unknown: {detail}")
+    lease = _soft_lease_state(os.path.join(directory, _names.lease_name(name)))
+    if lease is not None:
+        level, finding = lease
+        if level == "held":
+            state = "held"
+            report("info", f"a write or a transaction is in progress: {finding}")
+        else:
+            report(level, finding)
+
+    shown = _shown_directory(path, directory)
+    for temp, size in _temp_files(directory, name):
+        temp_path = os.path.join(shown, temp)
+        size_text = "" if size is None else f" ({_plural(size, 'byte')})"
+        if state == "held":
+            report("info", f"temp file {temp_path}{size_text}: probably the write in progress")
+        else:
+            report("warning", f"temp file {temp_path}{size_text} left by a killed writer; the next "
+                              "store to open or write this file removes it")
+
+    copies = _copies(directory, name)
+    if copies:
+        report("info", f"{_plural(len(copies), 'copy', 'copies')} kept aside "
+                       f"(damaged, or replaced by a restore), newest {os.path.join(shown, copies[0])}; "
+                       f"see `{PROG} corrupt list`")
+    try:
+        versions = _history.versions(directory, name)
+    except OSError:  # an unreadable directory: the findings above say so already
+        versions = []
+    if versions:
+        numbers = (f"number {versions[0].sequence}" if len(versions) == 1
+                   else f"numbers {versions[0].sequence} to {versions[-1].sequence}")
+        report("info", f"{_plural(len(versions), 'earlier version')} kept in the history ({numbers}); "
+                       f"see `{PROG} history`")
+
+
+def _verdict(report: _Report, path: str, unreadable: bool) -> int:
+    if unreadable:
+        verdict = "unreadable"
+    elif report.problems:
+        verdict = f"not sound: {_plural(report.problems, 'name')} given more than once"
+    elif report.status == EXIT_ERROR:
+        verdict = "corrupt"
+    elif report.warnings:
+        verdict = f"sound, with {_plural(report.warnings, 'warning')}"
+    else:
+        verdict = "sound"
+    print(f"{path}: {verdict}")
+    return report.status

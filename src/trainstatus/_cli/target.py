@@ -1,0 +1,99 @@
+"""The file a command names: where it really is, what lies beside it, and how a changing command opens it.
+
+Shared by the command modules (``write``, ``check``, ``corrupt``, ``history``, ``checkpoints``), and
+kept apart from them so none imports another: the real directory and name behind a PATH (symlinks
+resolved), how to show a file beside it, the copies kept aside there, ``--root``, and the
+``StatusStore`` that ``set``, ``delete`` and ``prune-missing`` write through.
+
+Imports ``base`` and ``names`` of the command line, the history, file names and loading of the
+package; the store only when a command opens one (``lazy_module``): ``check`` and ``corrupt`` read
+alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import warnings
+from typing import TYPE_CHECKING
+
+from .._storage import history as _history, filenames as _names
+from .base import _duplicate_problem, _Fail, _read_status, is_url, storage_options
+from .._errors import TrainingStatusWarning
+from .._load import Corrupt, Document, load_document
+from .names import PROG
+from .._lazy import lazy_module
+
+if TYPE_CHECKING:
+    from .. import _store
+else:  # only the commands that write need it: check reads alone
+    _store = lazy_module("trainstatus._store")
+
+__all__ = ["_copies", "_open_store", "_root", "_shown_directory", "_target"]
+
+
+def _load(path: str) -> Document:
+    """The parsed document, or a one-line error; changes nothing (a damaged file stays put)."""
+    return _validated(path, _read_status(path))
+
+
+def _validated(path: str, data: bytes) -> Document:
+    try:
+        document = load_document(data)
+    except Corrupt as exc:
+        raise _Fail(f"{path} is damaged: {exc.reason}; it was left as it is (`{PROG} check` tells more)") from None
+    for duplicate in document.duplicates:
+        warnings.warn(TrainingStatusWarning(f"{path}: {_duplicate_problem(duplicate)}", path=path), stacklevel=2)
+    return document
+
+
+def _target(path: str) -> tuple[str, str]:
+    """(directory, name) of the file a store on ``path`` really writes (symlinks resolved)."""
+    return os.path.split(os.path.realpath(path))
+
+
+def _shown_directory(path: str, directory: str) -> str:
+    """How to show files beside ``path``: under the directory as the user wrote it if it is the same."""
+    given = os.path.dirname(path)
+    if os.path.realpath(given or ".") == directory:
+        return given
+    return directory
+
+
+def _copies(directory: str, name: str) -> list[str]:
+    """Names of the copies of ``name`` kept aside in ``directory``, newest first."""
+    pattern = _names.copy_pattern(name)
+    found = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                match = pattern.fullmatch(entry.name)
+                if match:
+                    found.append((match.group(1), int(match.group(2) or 0), entry.name))
+    except OSError:
+        return []
+    return [name for _, _, name in sorted(found, reverse=True)]
+
+
+def _root(root: str | None) -> str | None:
+    """``--root DIR``, which must be a directory: else every relative path would look missing."""
+    if root is not None and not os.path.isdir(root):
+        what = "is not a directory" if os.path.exists(root) else "does not exist"
+        raise _Fail(f"--root {root} {what}: give the directory the checkpoint paths listed in the file "
+                    "are relative to (where mlagents-learn ran)")
+    return root
+
+
+def _open_store(args: argparse.Namespace) -> _store.StatusStore:
+    if is_url(args.path):
+        # No lock and no history there: each write is conditional on the version read.
+        return _store.StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock,
+                                  allow_downgrade=args.allow_downgrade, storage_options=storage_options(args))
+    # This command does not know the history= of the trainers writing the file: it keeps as
+    # many versions as it finds (at least the default), so an edit neither shrinks the count a
+    # trainer keeps nor grows it.
+    directory, name = _target(args.path)
+    # At least as many as are there, so the count stays put instead of growing with each edit.
+    history = max(_store.DEFAULT_HISTORY, len(_history.versions(directory, name)))
+    return _store.StatusStore(args.path, lock_timeout=args.lock_timeout, lock=args.lock,
+                       allow_downgrade=args.allow_downgrade, history=history)
