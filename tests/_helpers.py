@@ -93,11 +93,31 @@ def read_fresh(path: Path | str | os.PathLike[str]) -> dict[str, Any]:
         fresh.close()
 
 
-def process_message(path: Path, timeout: float) -> str:
-    """The exact TrainingStatusLockTimeout text when another process holds the lock."""
+def program(pid: int) -> str:
+    """Process ``pid`` as the library's messages name it: its executable's base name and its script
+    (``-m module``; ``-c`` without the code), "..." when more was given, never the arguments. For
+    the command lines the tests start: ``python -c ...``, ``python -m pytest ...``, ``python x.py``,
+    after the interpreter's flags (multiprocessing's ``spawn`` passes ``-B`` on, for one)."""
+    words = [w.decode() for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if w]
+    executable, rest, skipped = os.path.basename(words[0]), words[1:], False
+    while rest and rest[0][:1] == "-" and rest[0][1:].isalpha() and not set(rest[0]) & set("cmWX"):
+        rest, skipped = rest[1:], True  # -B, -u, -I: flags without a value, not shown
+    if rest[:1] == ["-c"]:
+        return f"{executable} -c ..."
+    if rest[:1] == ["-m"]:
+        shown, rest = f"{executable} -m {rest[1]}", rest[2:]
+    elif rest:
+        shown, rest = f"{executable} {os.path.basename(rest[0])}", rest[1:]
+    else:
+        shown = executable
+    return shown + (" ..." if rest or skipped else "")
+
+
+def process_message(path: Path, timeout: float, pid: int) -> str:
+    """The exact TrainingStatusLockTimeout text when process ``pid`` holds the lock."""
     return (
-        f"Could not lock {path} within {timeout} s: another process holds {path}.lock (a write or an "
-        "open transaction). Let it finish, or open the store with a longer lock_timeout=."
+        f"Could not lock {path} within {timeout} s: process {pid} ({program(pid)}) holds {path}.lock "
+        "(a write or an open transaction). Let it finish, or open the store with a longer lock_timeout=."
     )
 
 
@@ -112,8 +132,9 @@ lock.release()
 
 
 @contextmanager
-def lock_held_by_another_process(lock_path: Path) -> Iterator[None]:
-    """Hold ``lock_path`` with plain filelock in a child until the block ends, then release it."""
+def lock_held_by_another_process(lock_path: Path) -> Iterator[int]:
+    """Hold ``lock_path`` with plain filelock in a child until the block ends, then release it;
+    gives the child's pid."""
     with subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(lock_path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -121,7 +142,7 @@ def lock_held_by_another_process(lock_path: Path) -> Iterator[None]:
         assert child.stdout is not None and child.stdin is not None
         try:
             assert child.stdout.readline() == "locked\n"
-            yield
+            yield child.pid
             child.stdin.write("\n")
             child.stdin.flush()
             assert child.wait(timeout=30) == 0
@@ -210,8 +231,9 @@ def soft_message(path: Path, timeout: float, pid: int) -> str:
         host_name,  # what filelock records as the holder's machine
     )
 
+    # The holder's machine is this one (a "remote" holder is simulated here): its program too.
     return (
-        f"Could not lock {path} within {timeout} s: process {pid} on {host_name()} holds "
+        f"Could not lock {path} within {timeout} s: process {pid} on {host_name()} ({program(pid)}) holds "
         f"{path}.softlock (a write or an open transaction). Let it finish, or open the store with a "
         f"longer lock_timeout=. A holder that was killed is taken over once its lease has gone "
         f"{_locking.SOFT_LEASE_SECONDS:g} s without renewal (at once on its own machine); if it is "
@@ -231,6 +253,21 @@ def hold_lock_in_subprocess(lock_file: str | os.PathLike[str], seconds: float) -
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline() == b"held\n"
     return child
+
+
+def end_processes(processes: list[subprocess.Popen[str]]) -> None:
+    """End each of ``processes`` still running, a stopped one too (SIGCONT, then SIGKILL), reap it
+    and close its pipes: whatever a test asserted, no process it started outlives it."""
+    import signal
+
+    for process in processes:
+        if process.poll() is None:  # not reaped yet: its pid is still its own, even once it exits
+            os.kill(process.pid, signal.SIGCONT)
+            process.kill()
+            process.wait(timeout=60)
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
 
 
 def skip_unless_local_locks(lock_file: Path) -> None:

@@ -16,7 +16,8 @@ plugin does), and before training the child tries Lightning's own resume on that
 With ``"probe": true`` the wrapped plugin reports each removal, with whether the status file on
 disk still listed the file at that moment.
 
-It prints one JSON object a line, flushed: ``resumed`` (path, warnings), ``theirs`` (path, ok,
+It prints one JSON object a line, flushed: ``resumed`` (path, warnings, where: file:line each
+warning points at), ``theirs`` (path, ok,
 error), ``ready`` (step: the global step Lightning restored), ``removed`` (name, listed), ``done``
 (step) at the end.
 """
@@ -92,10 +93,10 @@ def main() -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        path = last_complete_checkpoint(directory, status_path=status_path)
-    say(event="resumed", path=path,
-        warnings=[f"{w.category.__name__}: {w.message}" for w in caught
-                  if w.category.__name__ == "TrainingStatusCheckpointWarning"])
+        path = last_complete_checkpoint(directory, status_path=status_path)  # the user's call
+    ours = [w for w in caught if w.category.__name__ == "TrainingStatusCheckpointWarning"]
+    say(event="resumed", path=path, warnings=[f"{w.category.__name__}: {w.message}" for w in ours],
+        where=[f"{os.path.basename(w.filename)}:{w.lineno}" for w in ours])
 
     if theirs is not None:
         lasts = glob.glob(os.path.join(theirs, "last*.ckpt"))

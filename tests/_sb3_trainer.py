@@ -7,8 +7,10 @@ with ``"algo": "dqn"``), else starts fresh; with ``"sb3_dir"`` it also tries SB3
 the newest ``*.zip`` of that folder by modification time, loaded the same way. Then it trains
 ``steps`` more timesteps (``reset_num_timesteps=False``) with ``TrainStatusCheckpointCallback`` on
 ``dir`` and, with ``"sb3_dir"``, SB3's own ``CheckpointCallback`` on ``sb3_dir`` (same model, same
-moments). It prints one JSON object a line, flushed: ``resumed`` (path, steps, warnings), ``glob``
-(path, ok, error), ``ready`` just before training, ``done`` (steps) at the end.
+moments). With ``"fresh": true`` it starts a new model whatever ``last_complete_checkpoint`` found.
+It prints one JSON object a line, flushed: ``resumed`` (path, steps, warnings, where), ``glob``
+(path, ok, error), ``ready`` just before training, ``done`` (steps; warnings and where of the
+training) at the end. ``where`` says where each warning points (file:line).
 """
 
 from __future__ import annotations
@@ -23,6 +25,17 @@ from typing import Any
 
 def say(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
+
+
+def ours(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [f"{w.category.__name__}: {w.message}" for w in caught
+            if w.category.__name__ == "TrainingStatusCheckpointWarning"]
+
+
+def where(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Where each of ``ours`` points: file name and line (the lines marked "the user's call")."""
+    return [f"{os.path.basename(w.filename)}:{w.lineno}" for w in caught
+            if w.category.__name__ == "TrainingStatusCheckpointWarning"]
 
 
 def main() -> None:
@@ -46,7 +59,10 @@ def main() -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        path = last_complete_checkpoint(directory, name_prefix=prefix, status_path=options.get("status_path"))
+        status_path = options.get("status_path")
+        path = last_complete_checkpoint(directory, name_prefix=prefix, status_path=status_path)  # the user's call
+    if options.get("fresh"):
+        path = None
     if path is not None:
         model = algo.load(path, env=env, device="cpu")
     elif algo is PPO:
@@ -55,9 +71,7 @@ def main() -> None:
     else:
         model = DQN("MlpPolicy", env, learning_starts=32, buffer_size=2000, train_freq=8, seed=0,
                     policy_kwargs={"net_arch": [width]}, device="cpu")
-    say(event="resumed", path=path, steps=model.num_timesteps,
-        warnings=[f"{w.category.__name__}: {w.message}" for w in caught
-                  if w.category.__name__ == "TrainingStatusCheckpointWarning"])
+    say(event="resumed", path=path, steps=model.num_timesteps, warnings=ours(caught), where=where(caught))
 
     sb3_dir = options.get("sb3_dir")
     if sb3_dir is not None:
@@ -82,9 +96,11 @@ def main() -> None:
         save_replay_buffer=options.get("save_replay_buffer", False),
         save_vecnormalize=options.get("save_vecnormalize", False), status_path=options.get("status_path")))
     say(event="ready")
-    if options.get("steps", 0):
-        model.learn(options["steps"], callback=CallbackList(callbacks), reset_num_timesteps=False)
-    say(event="done", steps=model.num_timesteps)
+    with warnings.catch_warnings(record=True) as learning:
+        warnings.simplefilter("always")
+        if options.get("steps", 0):
+            model.learn(options["steps"], callback=CallbackList(callbacks), reset_num_timesteps=False)  # the user's call
+    say(event="done", steps=model.num_timesteps, warnings=ours(learning), where=where(learning))
 
 
 if __name__ == "__main__":

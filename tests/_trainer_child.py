@@ -94,6 +94,16 @@ class ChildTrainer:
                 stream.close()
 
 
+def users_line(script: Path, call: str) -> str:
+    """``name:line`` of the line of ``script`` marked "# the user's call" that holds ``call``: where
+    a warning issued inside that call (by trainstatus, or by the training library's machinery
+    running an integration) should point."""
+    for number, text in enumerate(script.read_text().splitlines(), 1):
+        if call in text and "# the user's call" in text:
+            return f"{script.name}:{number}"
+    raise AssertionError(f"no line of {script} holds {call!r} marked as the user's call")
+
+
 class OwnResume:
     """How often a library's own resume failed on the same kills, as the children report it: an
     event whose ``ok`` is True, False, or None when there was nothing to resume from."""

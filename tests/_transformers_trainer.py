@@ -15,14 +15,19 @@ With ``"theirs": true`` it first measures Transformers' own resume on the same f
 ``get_last_checkpoint(dir)``; when that is another folder than ours, a second Trainer (no callback,
 its own scratch output_dir) resumes from it up to its own step and reports whether that failed.
 
-With ``"fresh": true`` it starts at step 0 whatever ``last_complete_checkpoint`` found.
+With ``"fresh": true`` it starts at step 0 whatever ``last_complete_checkpoint`` found. With
+``"resume"`` it passes that to ``train`` instead: ``true`` (the Trainer's own pick, which
+``TrainStatusCallback`` routes to ``last_complete_checkpoint``) or a folder of ``dir`` (a run
+rolled back to an older checkpoint).
 
 With ``"kill_on_save": N`` a callback before ours SIGKILLs the process in ``on_save`` at step N:
 the Trainer has written (and, with a limit of its own, rotated) but nothing is recorded yet.
 
-It prints one JSON object a line, flushed: ``resumed`` (path, warnings), ``theirs`` (path, ok,
-error), ``ready`` (step, best, limit, warnings: at on_train_begin, after our callback's),
-``done`` (step, best, limit: args.save_total_limit after training) at the end.
+It prints one JSON object a line, flushed: ``resumed`` (path, warnings, where), ``theirs`` (path, ok,
+error), ``ready`` (step, best, limit, warnings, where: at on_train_begin, after our callback's),
+``done`` (step, best, limit: args.save_total_limit after training; warnings, where; error: what
+``train`` raised, or None) at the end. ``where`` says where each warning points (file:line): the
+lines marked "the user's call".
 """
 
 from __future__ import annotations
@@ -43,6 +48,12 @@ def say(**fields: Any) -> None:
 
 def ours(caught: list[warnings.WarningMessage]) -> list[str]:
     return [f"{w.category.__name__}: {w.message}" for w in caught if w.category.__name__.startswith("TrainingStatus")]
+
+
+def where(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Where each of ``ours`` points: file name and line."""
+    return [f"{os.path.basename(w.filename)}:{w.lineno}" for w in caught
+            if w.category.__name__.startswith("TrainingStatus")]
 
 
 def main() -> None:
@@ -104,8 +115,8 @@ def main() -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        path = last_complete_checkpoint(directory, status_path=options.get("status_path"))
-    say(event="resumed", path=path, warnings=ours(caught))
+        path = last_complete_checkpoint(directory, status_path=options.get("status_path"))  # the user's call
+    say(event="resumed", path=path, warnings=ours(caught), where=where(caught))
 
     if options.get("theirs"):
         theirs = get_last_checkpoint(directory) if os.path.isdir(directory) else None
@@ -125,7 +136,8 @@ def main() -> None:
     class Ready(TrainerCallback):  # type: ignore[misc]
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             say(event="ready", step=state.global_step, best=state.best_model_checkpoint,
-                best_step=state.best_global_step, limit=args.save_total_limit, warnings=ours(training))
+                best_step=state.best_global_step, limit=args.save_total_limit, warnings=ours(training),
+                where=where(training))
 
     class Kill(TrainerCallback):  # type: ignore[misc]
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -134,11 +146,18 @@ def main() -> None:
 
     callback = TrainStatusCallback(status_path=options.get("status_path"))
     run = trainer(directory, options["max_steps"], options.get("limit"), [Kill(), callback, Ready()])
+    resume = options.get("resume")
+    if resume is not None and resume is not True:  # a folder of dir, as a user rolling back names it
+        resume = os.path.join(directory, resume)
+    error = None
     with warnings.catch_warnings(record=True) as training:
         warnings.simplefilter("always")
-        run.train(resume_from_checkpoint=None if options.get("fresh") else path)
+        try:
+            run.train(resume_from_checkpoint=None if options.get("fresh") else resume or path)  # the user's call
+        except Exception as exc:  # the run's end, reported: what trainer.train() raised
+            error = f"{type(exc).__name__}: {exc}"
     say(event="done", step=run.state.global_step, best=run.state.best_model_checkpoint, limit=run.args.save_total_limit,
-        warnings=ours(training))
+        warnings=ours(training), where=where(training), error=error)
     # The interpreter's teardown after torch and transformers takes seconds (2.6 s measured) and
     # nothing of the run happens in it: the suite runs these children a few dozen times.
     sys.stderr.flush()

@@ -8,6 +8,7 @@ holding each regression it exists to catch.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,12 +112,74 @@ def check_usage() -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(CHECKER)], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
-                    reason="builds the manual: needs the docs extra")
-def test_the_real_reference_passes(tmp_path: Path) -> None:
-    # The manual as mkdocs.yml configures it, built from this checkout's src/.
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+needs_mkdocs = pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
+                                  reason="builds the manual: needs the docs extra")
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The manual as mkdocs.yml configures it, built from this checkout's src/ (once for this file)."""
+    site = tmp_path_factory.mktemp("manual") / "site"
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
                            capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert build.returncode == 0, build.stderr
-    done = check(tmp_path / "site")
+    return site
+
+
+@needs_mkdocs
+def test_the_real_reference_passes(built_site: Path) -> None:
+    done = check(built_site)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# -- the manual loads nothing from another host (mkdocs.yml: the build and the site stay offline) --
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}  # `mkdocs serve`'s address, as getting-started.md gives it
+
+
+def external_references(site: Path) -> list[str]:
+    """Every src= or href= of the site's pages, and url() or @import of its style sheets, that
+    names a host other than this machine (a CDN's script, a font service, a link in the theme)."""
+    from urllib.parse import urlsplit
+
+    def external(url: str) -> bool:
+        parts = urlsplit(url.strip())
+        return bool(parts.netloc) and parts.hostname not in _LOOPBACK  # "//host/x" has no scheme
+
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        for attribute, url in re.findall(r"""\b(src|href)\s*=\s*["']([^"']*)["']""", page.read_text(encoding="utf-8")):
+            if external(url):
+                found.append(f"{page.relative_to(site)}: {attribute}={url}")
+    for sheet in sorted(site.rglob("*.css")):
+        text = sheet.read_text(encoding="utf-8", errors="replace")
+        for url in re.findall(r"""url\(\s*["']?([^"')]*)|@import\s+["']([^"']*)""", text):
+            target = url[0] or url[1]
+            if external(target):
+                found.append(f"{sheet.relative_to(site)}: {target}")
+    return found
+
+
+def test_the_offline_check_finds_a_script_from_a_cdn_and_leaves_local_links(tmp_path: Path) -> None:
+    (tmp_path / "css").mkdir()
+    (tmp_path / "index.html").write_text(
+        '<script src="https://cdnjs.cloudflare.com/ajax/libs/highlight.js/11.8.0/highlight.min.js"></script>'
+        '<link rel="stylesheet" href="css/theme.css"><a href="http://127.0.0.1:8000/">serve</a>'
+        "<a href='//fonts.example/x'>font</a>", encoding="utf-8")
+    (tmp_path / "css" / "theme.css").write_text(
+        '@import "https://fonts.example/roboto.css"; .x { background: url(../img/a.png) }', encoding="utf-8")
+    assert external_references(tmp_path) == [
+        "index.html: src=https://cdnjs.cloudflare.com/ajax/libs/highlight.js/11.8.0/highlight.min.js",
+        "index.html: href=//fonts.example/x",
+        "css/theme.css: https://fonts.example/roboto.css",
+    ]
+
+
+@needs_mkdocs
+def test_the_manual_loads_and_links_nothing_from_another_host(built_site: Path) -> None:
+    """The readthedocs theme loads highlight.js from a CDN and links to its makers in its footer;
+    mkdocs.yml turns the one off (code is coloured at build time) and overrides the other."""
+    assert external_references(built_site) == []
+    page = (built_site / "getting-started" / "index.html").read_text(encoding="utf-8")
+    assert '<div class="highlight">' in page  # coloured all the same
+    assert (built_site / "css" / "pygments.css").is_file()

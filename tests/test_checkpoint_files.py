@@ -162,6 +162,26 @@ def test_a_changed_or_missing_file_in_a_folder_makes_it_unusable(tmp_path: Path,
     assert checkpoints.latest()["steps"] == 1  # type: ignore[index]
 
 
+def test_a_file_rewritten_bigger_than_recorded_is_not_usable_either(tmp_path: Path, store: StatusStore) -> None:
+    """Not only a truncated file: one overwritten by a bigger one (another run's model saved over
+    it, a writer appending to it) is not the checkpoint recorded either."""
+    checkpoints = CheckpointList(store, "Trainer", keep=None, root=tmp_path)
+    checkpoints.add(1, write(tmp_path, "models/a.pt", b"x" * 1234))
+    checkpoints.add(2, write(tmp_path, "models/b.pt", b"x" * 5678))
+    checkpoints.add(3, folder(tmp_path, "checkpoint-3"))
+    (tmp_path / "models/b.pt").write_bytes(b"x" * 9000)
+    with open(tmp_path / "checkpoint-3" / "trainer_state.json", "ab") as f:
+        f.write(b"\n")
+    with pytest.warns(TrainingStatusCheckpointWarning) as caught:
+        assert checkpoints.latest()["steps"] == 1  # type: ignore[index]
+    assert [reason for _, reason in caught[0].message.skipped] == [  # type: ignore[union-attr]
+        "checkpoint-3/trainer_state.json has 3 bytes, 2 recorded", "models/b.pt has 9,000 bytes, 5,678 recorded"]
+    assert changed_files(store.to_dict(), tmp_path) == [
+        ("Trainer", "checkpoints", "models/b.pt", "models/b.pt has 9,000 bytes, 5,678 recorded"),
+        ("Trainer", "checkpoints", "checkpoint-3/trainer_state.json", "checkpoint-3/trainer_state.json has 3 bytes, 2 recorded")]
+    assert [e["steps"] for e in checkpoints.prune_missing()] == [2, 3]
+
+
 def test_a_folder_replaced_by_a_file_is_not_usable(tmp_path: Path, store: StatusStore) -> None:
     checkpoints = CheckpointList(store, "Trainer", keep=None, root=tmp_path)
     checkpoints.add(1, write(tmp_path, "model.pt"))

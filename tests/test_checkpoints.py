@@ -1052,8 +1052,11 @@ def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, ca
     present.write_bytes(b"model")
     entry = {"steps": 100, "file_path": "results/run1/Walker/Walker-100.onnx", "reward": 1.0,
              "creation_time": 1.0, "auxillary_file_paths": ["results/run1/Walker/Walker-100.pt"]}
+    # A whole entry too: with none, prune-missing would empty the list and check says that instead.
+    whole = {**entry, "steps": 50, "file_path": "results/run1/Walker/Walker-50.onnx", "auxillary_file_paths": []}
+    (models / "Walker-50.onnx").write_bytes(b"model")
     with StatusStore(status) as store:
-        store.set("Walker", "checkpoints", [entry])
+        store.set("Walker", "checkpoints", [whole, entry])
         store.set("Walker", "final_checkpoint", {**entry, "auxillary_file_paths": []})
     assert _cli_main.main(["check", "--files", "--root", str(tmp_path), str(status)]) == _cli.EXIT_WARNINGS
     out = capsys.readouterr().out
@@ -1062,7 +1065,7 @@ def test_check_files_reports_each_listed_file_that_is_missing(tmp_path: Path, ca
     assert out.count("which does not exist") == 1
     (models / "Walker-100.pt").write_bytes(b"model")
     assert _cli_main.main(["check", "--files", "--root", str(tmp_path), str(status)]) == 0
-    assert f"ok: every checkpoint file listed exists with its recorded size (3 files, under {tmp_path})" in capsys.readouterr().out
+    assert f"ok: every checkpoint file listed exists with its recorded size (4 files, under {tmp_path})" in capsys.readouterr().out
     assert _cli_main.main(["check", "--root", str(tmp_path), str(status)]) == _cli.EXIT_ERROR
     assert "--root is where --files looks" in capsys.readouterr().err
 
@@ -1075,7 +1078,9 @@ def test_describe_missing_names_ten_files_and_counts_the_rest(tmp_path: Path, mo
     described = describe_missing(document)
     assert described.startswith(" That version lists 12 checkpoint file(s) that are missing now: "
                                 "Walker/checkpoints models/gone-0.onnx; ")
-    assert "models/gone-9.onnx (and 2 more) (relative paths looked up in " in described
+    assert (f"models/gone-9.onnx (and 2 more) (relative paths looked up under {tmp_path}, the current directory: "
+            "Walker records no checkpoint_root, so its paths are read as ML-Agents writes them, relative to the "
+            "folder mlagents-learn ran in). ") in described
     assert "gone-10" not in described and "here" not in described
     assert describe_missing({"Walker": {"final_checkpoint": {"steps": 1, "file_path": "models/here.onnx"}}}) == ""
 

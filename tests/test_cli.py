@@ -841,10 +841,17 @@ ok: the lock is free (no lock file yet)
 {missing}: unreadable
 """, "")
     missing.mkdir()
-    result = run("check", missing)
-    assert result.code == 2
-    assert result.out.splitlines()[0] == f"error: cannot read {missing}: it is a directory, not a status file"
-    assert [p.name for p in tmp_path.iterdir()] == ["ts.json"]
+    (tmp_path / "ts.json.lock").write_bytes(b"")  # beside it, as if it were a status file: not looked at
+    assert run("check", missing) == Result(2, f"""\
+error: cannot read {missing}: it is a directory, not a status file
+{missing}: unreadable
+""", "")
+    assert run("check", "--files", missing) == Result(2, f"""\
+error: cannot read {missing}: it is a directory, not a status file
+info: checkpoint files not checked (--files): the file is not a readable status document
+{missing}: unreadable
+""", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ts.json", "ts.json.lock"]
 
 
 # -- corrupt list, corrupt restore ------------------------------------------------------------------

@@ -215,3 +215,78 @@ def test_history_prune_needs_both_options(tmp_path: Path, capsys: pytest.Capture
     assert _cli_main.main(["history", str(path), *args]) == 2
     assert capsys.readouterr().err == f"trainstatus: error: {message}\n"
     assert len(kept(path)) == 2
+
+
+# -- diff of two checkpoint lists: one entry a line ---------------------------------------------------
+
+
+def _entry(steps: int, reward: float) -> dict[str, Any]:
+    return {"steps": steps, "file_path": f"results/run1/Walker/Walker-{steps}.onnx", "reward": reward,
+            "creation_time": 1700000000.5, "auxillary_file_paths": [f"results/run1/Walker/Walker-{steps}.pt"]}
+
+
+def test_diff_of_two_checkpoint_lists_shows_the_entries_added_removed_and_changed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two lists of 3 and 4 checkpoints used to print as one line of over 1 KB; only the entries
+    that differ are shown now, one a line, and a changed one field by field."""
+    path = tmp_path / "status.json"
+    before = [_entry(1000, 1.0), _entry(2000, 1.5), _entry(3000, 2.0)]
+    after = [_entry(2000, 1.75), _entry(3000, 2.0), _entry(4000, 2.5), _entry(5000, 2.625)]
+    after[0]["file_size"] = 512
+    with StatusStore(path) as store:
+        store.set("Walker", "checkpoints", before)
+        store.set("Walker", "checkpoints", after)
+        store.set("Walker", "steps", 5000)
+    assert _cli_main.main(["diff", str(path), "1", "current"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "from version 1 to current: 2 keys differ",
+        "~ Walker/checkpoints: 3 -> 4 entries: 2 added, 1 removed, 1 changed",
+        '    - {"steps": 1000, "file_path": "results/run1/Walker/Walker-1000.onnx", "reward": 1.0, "creation_time": '
+        '1700000000.5, "auxillary_file_paths": ["results/run1/Walker/Walker-1000.pt"]}',
+        "    ~ step 2000, results/run1/Walker/Walker-2000.onnx: reward 1.5 -> 1.75; file_size (not set) -> 512",
+        '    + {"steps": 4000, "file_path": "results/run1/Walker/Walker-4000.onnx", "reward": 2.5, "creation_time": '
+        '1700000000.5, "auxillary_file_paths": ["results/run1/Walker/Walker-4000.pt"]}',
+        '    + {"steps": 5000, "file_path": "results/run1/Walker/Walker-5000.onnx", "reward": 2.625, "creation_time": '
+        '1700000000.5, "auxillary_file_paths": ["results/run1/Walker/Walker-5000.pt"]}',
+        "+ Walker/steps = 5000",
+    ]
+    assert max(len(line) for line in out.splitlines()) < 250
+    # The other way round, and a list added or removed whole: one entry a line too.
+    assert _cli_main.main(["diff", str(path), "current", "1"]) == 1
+    assert capsys.readouterr().out.splitlines()[1:4] == [
+        "~ Walker/checkpoints: 4 -> 3 entries: 1 added, 2 removed, 1 changed",
+        '    - {"steps": 4000, "file_path": "results/run1/Walker/Walker-4000.onnx", "reward": 2.5, "creation_time": '
+        '1700000000.5, "auxillary_file_paths": ["results/run1/Walker/Walker-4000.pt"]}',
+        '    - {"steps": 5000, "file_path": "results/run1/Walker/Walker-5000.onnx", "reward": 2.625, "creation_time": '
+        '1700000000.5, "auxillary_file_paths": ["results/run1/Walker/Walker-5000.pt"]}',
+    ]
+
+
+@pytest.mark.parametrize(("old", "new", "shown"), [
+    # Paired by file_path: the steps changed.
+    ([{"steps": 1, "file_path": "a"}], [{"steps": 2, "file_path": "a"}],
+     ["~ c/k: 1 -> 1 entry: 1 changed", "    ~ a: steps 1 -> 2"]),
+    # Without a file_path, by steps; the same steps twice (ML-Agents records the resume step again) pair in order.
+    ([{"steps": 5, "r": 1}, {"steps": 5, "r": 2}], [{"steps": 5, "r": 1}, {"steps": 5, "r": 3}],
+     ["~ c/k: 2 -> 2 entries: 1 changed", "    ~ step 5: r 2 -> 3"]),
+    # Neither: not paired.
+    ([{"x": 1}], [{"x": 2}], ["~ c/k: 1 -> 1 entry: 1 added, 1 removed", '    - {"x": 1}', '    + {"x": 2}']),
+    ([{"steps": 1}, {"steps": 2}], [{"steps": 2}, {"steps": 1}], ["~ c/k: the same 2 entries, in another order"]),
+    # An entry recorded again (a resume at the same step): one more, not the same list.
+    ([{"steps": 5}], [{"steps": 5}, {"steps": 5}], ["~ c/k: 1 -> 2 entries: 1 added", '    + {"steps": 5}']),
+    ([], [{"steps": 1}], ["~ c/k: 0 -> 1 entry: 1 added", '    + {"steps": 1}']),
+    # Anything else is shown whole, as before.
+    ([1, 2], [1, 3], ["~ c/k: [1, 2] -> [1, 3]"]),
+    ([{"steps": 1}, 2], [{"steps": 1}, 3], ['~ c/k: [{"steps": 1}, 2] -> [{"steps": 1}, 3]']),
+    ({"steps": 1}, {"steps": 2}, ['~ c/k: {"steps": 1} -> {"steps": 2}']),
+    ([], [1], ["~ c/k: [] -> [1]"]),
+], ids=["by-file", "by-steps", "unpaired", "reordered", "twice", "from-empty", "numbers", "mixed", "object", "empty-numbers"])
+def test_diff_pairs_entries_by_file_then_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: Any, new: Any,
+                                              shown: list[str]) -> None:
+    path = tmp_path / "status.json"
+    with StatusStore(path) as store:
+        store.set("c", "k", old)
+        store.set("c", "k", new)
+    assert _cli_main.main(["diff", str(path)]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == shown

@@ -430,6 +430,26 @@ def test_a_library_error_reads_like_the_command_lines_own_and_says_things_once(
     assert err.lower().count("permission denied") == 1
 
 
+def test_a_set_handed_over_and_not_finished_is_not_called_a_lock_it_could_not_take(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """TrainingStatusUnfinishedWrite is a lock timeout, but its change was handed to the holder and
+    may be in the file: the command line says so, in its own words, not "could not lock"."""
+    from trainstatus._lock import descriptor as _descriptor
+
+    path = status(tmp_path)
+
+    def stuck_holder(self: object, deadline: float | None, offer: object = None) -> bool:
+        raise _descriptor._Unfinished(4242)  # the holder that took this set's change hangs in its write
+
+    monkeypatch.setattr(_descriptor._HeldDescriptor, "acquire", stuck_holder)
+    assert _cli_main.main(["set", "--lock-timeout", "2", str(path), "c", "k", "2"]) == 2
+    assert capsys.readouterr().err == (
+        f"trainstatus: error: could not finish this write of {path}: its change was handed to process 4242, which "
+        "holds the lock and took it into its own write, but has not finished that write 10 s after this call's "
+        "lock_timeout (2.0 s) ran out (it may be stopped, or its disk hung). The change may or may not be in the "
+        "file: read it once that process goes on, or set the value again\n")
+
+
 def test_a_library_error_keeps_the_spaces_inside_a_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # One line, but a category "a  b" is still "a  b": only the message's line breaks are joined.
     path = status(tmp_path)

@@ -326,11 +326,13 @@ def test_forked_child_cannot_get_into_the_parents_transaction(tmp_path: Path) ->
     with store.transaction():
         store.set("parent", "in_tx", 2)
 
+        parent = os.getpid()  # holds the lock the child waits for
+
         def child() -> None:
             fresh = StatusStore(path, lock_timeout=0.3)
             with pytest.raises(TrainingStatusLockTimeout) as info:
                 fresh.set("child", "k", 1)
-            assert str(info.value) == process_message(path, 0.3)
+            assert str(info.value) == process_message(path, 0.3, parent)
             assert info.value.lock_file == str(path) + ".lock"
             with pytest.raises(TrainingStatusError) as unusable:
                 store.set("child", "k", 2)  # the inherited store is unusable in the child
@@ -342,7 +344,7 @@ def test_forked_child_cannot_get_into_the_parents_transaction(tmp_path: Path) ->
         run_forked(child, exit_normally=True)
         # The child is gone, having run its exit handlers: the lock must still be ours.
         outcome = try_set_in_new_process(path, 0.3)
-        assert outcome == ("timeout", str(path) + ".lock", process_message(path, 0.3), True)
+        assert outcome == ("timeout", str(path) + ".lock", process_message(path, 0.3, os.getpid()), True)
         assert read(path)["parent"] == {"before": 1}
     doc = read(path)
     assert doc["parent"] == {"before": 1, "in_tx": 2}
@@ -372,12 +374,14 @@ def test_fork_while_another_thread_holds_the_lock(tmp_path: Path) -> None:
     try:
         assert held.wait(TIMEOUT) and not errors
 
+        parent = os.getpid()
+
         def child() -> None:
             fresh = StatusStore(path, lock_timeout=0.3)
             with pytest.raises(TrainingStatusLockTimeout) as info:
                 fresh.set("child", "k", 1)
             # Waiting on the parent's flock, not stuck on an inherited thread lock.
-            assert str(info.value) == process_message(path, 0.3)
+            assert str(info.value) == process_message(path, 0.3, parent)
 
         run_forked(child)
     finally:

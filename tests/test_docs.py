@@ -39,6 +39,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -287,6 +288,75 @@ def test_the_readme_links_go_to_pages_and_anchors_that_exist() -> None:
         if anchor:
             headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.M)
             assert anchor in {_slug(h) for h in headings}, f"README.md links to {link}: no such heading in {target}"
+
+
+# -- the integration pages show the signatures the code has ---------------------------------------
+
+
+def _signature(name: str, function: Any, method: bool) -> tuple[str, dict[str, str]]:
+    """``name(a, b="x", *, c=None)`` as the pages write it, and each parameter's default as written."""
+    import ast
+
+    def default(node: Any) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return json.dumps(node.value)
+        return ast.unparse(node)
+
+    given = function.args
+    positional = [p.arg for p in given.posonlyargs + given.args][1 if method else 0:]
+    defaults = [None] * (len(positional) - len(given.defaults)) + [default(d) for d in given.defaults]
+    parts = [p if d is None else f"{p}={d}" for p, d in zip(positional, defaults)]
+    if given.vararg:
+        parts.append(f"*{given.vararg.arg}")
+    elif given.kwonlyargs:
+        parts.append("*")
+    keywords = [None if d is None else default(d) for d in given.kw_defaults]
+    parts += [k.arg if d is None else f"{k.arg}={d}" for k, d in zip(given.kwonlyargs, keywords)]
+    if given.kwarg:
+        parts.append(f"**{given.kwarg.arg}")
+    known = {p: d for p, d in [*zip(positional, defaults), *((k.arg, d) for k, d in zip(given.kwonlyargs, keywords))]
+             if d is not None}
+    return f"{name}({', '.join(parts)})", known
+
+
+def _public_signatures(module: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each public class (its constructor) and function of ``module``, read from its source: the
+    integrations' libraries need not be installed."""
+    import ast
+
+    found = {}
+    for node in ast.parse(module.read_text(encoding="utf-8")).body:
+        if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or node.name.startswith("_"):
+            continue
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = _signature(node.name, node, False)
+        else:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    found[node.name] = _signature(node.name, item, True)
+    return found
+
+
+@pytest.mark.parametrize("integration", ["sb3", "lightning", "transformers"])
+def test_an_integration_page_shows_each_signature_as_the_code_has_it(integration: str) -> None:
+    """A `Name(...)` of the page whose every `name=value` is the code's default shows the
+    signature: it must be the whole one, keyword-only options included (sb3.md once left
+    status_path= out). Calls (`last_complete_checkpoint(args.output_dir)`, an option given another
+    value) are not signatures."""
+    page = (ROOT / "docs" / f"{integration}.md").read_text(encoding="utf-8")
+    signatures = _public_signatures(ROOT / "src" / "trainstatus" / "integrations" / f"{integration}.py")
+    checked = 0
+    for mention in (" ".join(m.split()) for m in re.findall(r"`(\w+\([^`]*\))`", page)):
+        name = mention.split("(", 1)[0]
+        if name not in signatures:
+            continue  # another library's name (ModelCheckpoint(...), PPO.load(...))
+        full, defaults = signatures[name]
+        given = [part.strip().partition("=") for part in mention[len(name) + 1:-1].split(",")]
+        shown = [(key, value) for key, equals, value in given if equals]
+        if shown and all(defaults.get(key.strip()) == value.strip() for key, value in shown):
+            assert mention == full, f"docs/{integration}.md shows {mention}; the code has {full}"
+            checked += 1
+    assert checked >= 1, f"docs/{integration}.md shows no whole signature of {sorted(signatures)}"
 
 
 # -- the runner itself ---------------------------------------------------------------------------

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import errno
 import json
 import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from trainstatus import GlobalTrainingStatus, StatusStore, TrainingStatusError, TrainingStatusTypeError
+from trainstatus import (
+    GlobalTrainingStatus,
+    StatusStore,
+    TrainingStatusError,
+    TrainingStatusTypeError,
+    TrainingStatusWriteError,
+)
 from trainstatus._storage.closer import _closer
 
 
@@ -216,3 +226,101 @@ def test_a_status_file_its_owner_cannot_write_is_named_as_the_cause(mode: str) -
         assert json.loads(Path(path).read_bytes())["b"]["n"] == 3
     finally:
         shutil.rmtree(folder)
+
+
+# -- chattr's marks: what refuses root's writes whatever the mode says --------------------------------
+
+
+@contextlib.contextmanager
+def _chattr(path: Path, flag: str) -> Iterator[None]:
+    """``path`` marked with ``chattr +flag`` for the block; the mark is always lifted after."""
+    done = subprocess.run(["chattr", f"+{flag}", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"this filesystem refuses chattr +{flag} on {path}: {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", f"-{flag}", str(path)], check=True)
+
+
+_needs_chattr = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("chattr") is None,
+    reason="marks files immutable or append-only: needs root and chattr (e2fsprogs)")
+
+
+def _refused(where: Path, flag: str, refused: str) -> str:
+    what = "immutable" if flag == "i" else "append-only"
+    return (f"{where} is marked {what} (chattr +{flag}), so no one, not even root, can {refused} whatever the "
+            f"permissions say: lift the mark with `chattr -{flag} {where}` unless it was put there on purpose")
+
+
+@_needs_chattr
+@pytest.mark.parametrize(("marked", "flag", "mode"), [
+    ("file", "i", 0o644), ("file", "i", 0o444), ("file", "a", 0o644), ("folder", "i", 0o644), ("folder", "a", 0o644),
+], ids=["file-immutable", "file-immutable-read-only", "file-append-only", "folder-immutable", "folder-append-only"])
+def test_a_write_refused_by_chattr_names_the_mark_not_the_mode(tmp_path: Path, marked: str, flag: str, mode: int) -> None:
+    """As root a file's mode refuses nothing; an immutable or append-only mark on the file or its
+    folder does (EPERM). The message names the mark and the command that lifts it (it used to blame
+    the mode of a 0444 file, or the folder's permissions)."""
+    folder = tmp_path / "run_logs"
+    folder.mkdir()
+    path = folder / "status.json"
+    store = StatusStore(path)
+    store.set("c", "k", 1)
+    before = path.read_bytes()
+    path.chmod(mode)
+    target = path if marked == "file" else folder
+    refused = "replace it" if marked == "file" else (
+        "create or replace a file in it" if flag == "i" else "replace a file in it")
+    where = "" if marked == "file" else "the folder "
+    with _chattr(target, flag):
+        with pytest.raises(TrainingStatusWriteError) as info:
+            store.set("c", "k", 2)
+        assert path.read_bytes() == before
+    assert str(info.value) == (
+        f"Could not save {path} (writing it): Operation not permitted. The file was left as it was; {where}"
+        f"{_refused(target, flag, refused)}, then set the value again.")
+    assert info.value.errno == errno.EPERM
+    store.set("c", "k", 3)  # the mark lifted: writes again
+    assert json.loads(path.read_bytes())["c"] == {"k": 3}
+
+
+@_needs_chattr
+def test_a_lock_file_marked_immutable_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    StatusStore(path).set("c", "k", 1)  # closed at once: the next store opens the lock file again
+    lock_file = tmp_path / "status.json.lock"
+    with _chattr(lock_file, "i"):
+        store = StatusStore(path)
+        with pytest.raises(TrainingStatusWriteError) as info:
+            store.set("c", "k", 2)
+    assert str(info.value) == (
+        f"Could not lock {path}: cannot open the lock file {lock_file}: Operation not permitted. Nothing was "
+        f"written; {_refused(lock_file, 'i', 'open it for writing')}.")
+    store.set("c", "k", 3)
+    assert json.loads(path.read_bytes())["c"] == {"k": 3}
+
+
+@_needs_chattr
+def test_where_the_marks_cannot_be_read_a_refused_write_names_both_causes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel or filesystem that does not report the flags (the ioctl fails): the message names
+    a mark as the other possible cause, with the commands that show and lift it."""
+    import fcntl
+
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("c", "k", 1)
+
+    def no_flags(fd: int, request: int, *args: object) -> object:
+        raise OSError(errno.ENOTTY, os.strerror(errno.ENOTTY))
+
+    with _chattr(path, "i"):
+        monkeypatch.setattr(fcntl, "ioctl", no_flags)
+        with pytest.raises(TrainingStatusWriteError) as info:
+            store.set("c", "k", 2)
+        monkeypatch.undo()
+    assert str(info.value) == (
+        f"Could not save {path} (writing it): Operation not permitted. The file was left as it was; fix the "
+        f"permissions of the directory, or lift an immutable or append-only mark from {path} or {tmp_path} if "
+        "one has it (`lsattr -d` shows it, `chattr -i` or `chattr -a` lifts it), then set the value again.")

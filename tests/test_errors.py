@@ -25,6 +25,7 @@ from trainstatus import (
     TrainingStatusMissingWarning,
     TrainingStatusReadError,
     TrainingStatusTypeError,
+    TrainingStatusUnfinishedWrite,
     TrainingStatusValueError,
     TrainingStatusVersionError,
     TrainingStatusVersionWarning,
@@ -41,6 +42,7 @@ ERRORS = {
     TrainingStatusReadError: (OSError,),
     TrainingStatusWriteError: (OSError,),
     TrainingStatusLockTimeout: (TimeoutError, OSError),
+    TrainingStatusUnfinishedWrite: (TrainingStatusLockTimeout, TimeoutError, OSError),
     TrainingStatusConflictError: (TimeoutError, OSError),
     TrainingStatusCorruptError: (),
     TrainingStatusVersionError: (),
@@ -115,6 +117,8 @@ def test_catching_the_builtin_base_catches_the_error() -> None:
         raise TrainingStatusReadError("cannot read")
     with pytest.raises(TimeoutError):
         raise TrainingStatusLockTimeout("lock busy")
+    with pytest.raises(TrainingStatusLockTimeout):  # code that catches timeouts catches it too
+        raise TrainingStatusUnfinishedWrite("handed over, not finished")
     with pytest.raises(TypeError):
         raise TrainingStatusTypeError("bad type")
     with pytest.raises(ValueError):

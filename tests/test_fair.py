@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import hold_lock_in_subprocess, skip_unless_local_locks
+from _helpers import end_processes, hold_lock_in_subprocess, skip_unless_local_locks
 
 from trainstatus import StatusStore, TrainingStatusLockTimeout
 from trainstatus._lock import descriptor as _descriptor, fair as _fair
@@ -375,10 +375,25 @@ def _until(condition: Any, what: str, seconds: float = 30.0) -> None:
         time.sleep(0.002)
 
 
+_spawned: list[subprocess.Popen[str]] = []  # every waiter ``_waiter`` starts, as it starts it
+
+
+@pytest.fixture(autouse=True)
+def _no_waiter_outlives_its_test() -> Iterator[None]:
+    """Whatever a test asserts, every waiter ``_waiter`` started ends with it, a stopped one too
+    (SIGCONT, then SIGKILL)."""
+    yield
+    try:
+        end_processes(_spawned)
+    finally:
+        _spawned.clear()
+
+
 def _waiter(path: Path, name: str, lock_timeout: float = 60.0) -> subprocess.Popen[str]:
     """A ``_HANDOFF_WAITER`` let go, once it is seen signed in."""
     waiter = subprocess.Popen([sys.executable, "-c", _HANDOFF_WAITER, str(path), str(lock_timeout), name],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _spawned.append(waiter)  # before anything is asserted
     assert waiter.stdout is not None and waiter.stdin is not None
     assert waiter.stdout.readline() == "ready\n"
     waiter.stdin.write("go\n")
@@ -463,6 +478,29 @@ def test_a_waiter_behind_another_sleeps_in_the_kernel_until_that_one_goes(tmp_pa
 
 
 @handoff
+def test_each_waiter_sleeps_on_the_turn_byte_of_the_one_just_ahead(tmp_path: Path) -> None:
+    """Not all on the first in line's byte: that one going would wake every waiter at once, to look
+    at the list together. /proc/locks shows which byte each blocked request waits on."""
+    path, lock_file = _prepared(tmp_path)
+    waiters: list[subprocess.Popen[str]] = []
+    try:
+        with _flock_held(lock_file):
+            for name, behind in (("first", 0), ("second", 1), ("third", 2), ("fourth", 3)):
+                waiters.append(_waiter(path, name))
+                _until(lambda: sum(b.startswith("OFDLCK") for b in _blocked(lock_file)) == behind,
+                       f"{name} is not blocked behind the one ahead: {_blocked(lock_file)}")
+            data = lock_file.read_bytes()[:_fair._SIZE]
+            turn = {pid: _fair.turn_byte(slot, arrival)
+                    for slot, (pid, check, arrival) in enumerate(struct.iter_unpack("<IIq", data))
+                    if pid and check == _fair._check(pid, arrival)}
+            assert sorted(b for b in _blocked(lock_file) if b.startswith("OFDLCK")) == sorted(
+                f"OFDLCK {turn[w.pid]}" for w in waiters[:3])
+    finally:
+        outputs = _finish(waiters)
+    assert outputs == ["wrote"] * 4
+
+
+@handoff
 def test_a_waiter_whose_one_ahead_is_killed_goes_on_at_once(tmp_path: Path) -> None:
     """With the defer and stale limits lifted, only the kernel's letting go of the killed
     process's byte can wake the one behind it: it must then be the first in line, in flock."""
@@ -486,13 +524,20 @@ def test_a_waiter_whose_one_ahead_is_killed_goes_on_at_once(tmp_path: Path) -> N
 
 
 @handoff
-def test_lock_timeout_and_ctrl_c_end_a_wait_behind_another(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ahead", ["waiting", pytest.param("stopped", marks=pytest.mark.long)])  # long: 2 s more
+def test_lock_timeout_and_ctrl_c_end_a_wait_behind_another(tmp_path: Path, ahead: str) -> None:
+    """The one ahead waits in flock, or is stopped (SIGSTOP, a debugger, Ctrl-Z: it holds its turn
+    byte for the whole stop, and the list's defer limit is lifted here): the wait behind it, on a
+    thread, still ends at the lock_timeout and at Ctrl-C."""
     path, lock_file = _prepared(tmp_path)
     waiters: list[subprocess.Popen[str]] = []
     try:
         with _flock_held(lock_file):
             waiters.append(_waiter(path, "first"))
             _until(lambda: f"FLOCK {waiters[0].pid}" in _blocked(lock_file), "the first is not in flock")
+            if ahead == "stopped":
+                os.kill(waiters[0].pid, signal.SIGSTOP)  # its flock wait is dropped until SIGCONT
+                _until(lambda: f"FLOCK {waiters[0].pid}" not in _blocked(lock_file), "the first did not stop")
             timing_out = _waiter(path, "timing_out", lock_timeout=1.5)
             _until(lambda: any(b.startswith("OFDLCK") for b in _blocked(lock_file)),
                    "the waiter with a lock_timeout is not blocked behind the first", seconds=1.5)
@@ -507,8 +552,13 @@ def test_lock_timeout_and_ctrl_c_end_a_wait_behind_another(tmp_path: Path) -> No
             assert output[0] == "interrupted", output
             # Both signed out, and left nothing blocked behind the first.
             assert _signed_in(lock_file) == {waiters[0].pid}
+            if ahead == "stopped":
+                os.kill(waiters[0].pid, signal.SIGCONT)
             _until(lambda: _blocked(lock_file) == [f"FLOCK {waiters[0].pid}"], f"left behind: {_blocked(lock_file)}")
     finally:
+        if waiters:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(waiters[0].pid, signal.SIGCONT)
         outputs = _finish(waiters)
     assert outputs[0] == "wrote"
 

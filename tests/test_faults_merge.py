@@ -256,14 +256,14 @@ def test_lock_held_elsewhere_times_out_naming_the_lock_file(tmp_path: Path, how:
     path, store, before = stale_store(tmp_path)
     store._lock_timeout = 0.2  # type: ignore[attr-defined]  # opened with the default 30 s
     memory = store.to_dict()
-    with lock_held_by_another_process(Path(f"{path}.lock")):
+    with lock_held_by_another_process(Path(f"{path}.lock")) as holder:
         with pytest.raises(TrainingStatusLockTimeout) as info:
             WRITES[how](store)
         exc = info.value
         assert isinstance(exc, TimeoutError) and isinstance(exc, TrainingStatusError)
         assert exc.lock_file == f"{path}.lock"
         assert exc.path == str(path)
-        assert str(exc) == process_message(path, 0.2)
+        assert str(exc) == process_message(path, 0.2, holder)
         assert_untouched(path, before, store, memory)  # not even merged: that needs the lock
     assert_recovers(path, store)
     reliability.add("faults", 1, source=SOURCE)

@@ -9,7 +9,13 @@ in the file; every set whose write failed must raise, and memory must match the 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import os
+import select
+import struct
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -19,12 +25,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import read_fresh
+from _helpers import end_processes, read_fresh, skip_unless_local_locks
 
 import trainstatus._storage.atomic
+from trainstatus._lock import fair as _fair, mailbox as _mailbox
 from trainstatus import StatusStore, TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusWriteError
 
 TIMEOUT = 30.0
+
+spawned: list[subprocess.Popen[str]] = []  # every process a test here starts, as it starts it
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test() -> Iterator[None]:
+    """Whatever a test asserts, every process in ``spawned`` ends with it (SIGCONT, then SIGKILL)."""
+    yield
+    try:
+        end_processes(spawned)
+    finally:
+        spawned.clear()
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -393,3 +412,164 @@ def test_waiters_of_a_closed_store_each_raise(tmp_path: Path, writes: Writes) ->
     written = read(path)["c"]
     for i, error in enumerate(results):
         assert (f"w{i}" in written) == (error is None)
+
+
+# -- a batch handed to another process (_lock.mailbox) ---------------------------------------------
+
+_HOLDER = r"""
+import sys
+from trainstatus import StatusStore
+store = StatusStore(sys.argv[1])
+with store._storage.lock(None):
+    print("holding", flush=True)
+    assert sys.stdin.readline() == "go\n"
+    store._storage._path_lock._file_lock.contended = True  # as after a wait: its write collects
+    store.set("holder", "k", 1)
+store.close()
+"""
+
+
+def posted(lock_file: Path, pid: int) -> bool:
+    """Whether process ``pid`` has a request waiting in a box of ``lock_file``, and has let go of
+    its claim byte (a holder passes by a box whose byte is held, ``_lock.mailbox``)."""
+    data = lock_file.read_bytes()
+    for slot in range(_fair._SLOTS):
+        head = data[_mailbox.box_of(slot):_mailbox.box_of(slot) + 12]
+        if len(head) == 12 and struct.unpack("<III", head) == (_mailbox._MAGIC, _mailbox.PENDING, pid):
+            fd = os.open(lock_file, os.O_RDWR)
+            try:
+                claim = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _mailbox._CLAIM_BYTES + slot, 1, 0)
+                return bool(struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, claim))[0] == fcntl.F_UNLCK)
+            finally:
+                os.close(fd)
+    return False
+
+
+@pytest.mark.skipif(not _fair._HANDOFF, reason="handing over needs Linux's open file description locks")
+def test_a_set_after_the_batch_was_handed_to_another_process_is_written_too(tmp_path: Path) -> None:
+    """This process's leader waits for another process's lock and hands its batch over. A thread
+    that sets after that must not join the handed batch (the holder writes only what it was
+    handed): it opens a batch of its own, and returns only once its value is in the file."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("c", "start", 0)
+    lock_file = Path(str(path) + ".lock")
+    skip_unless_local_locks(lock_file)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    spawned.append(holder)  # before anything is asserted
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        handed = Call(lambda: store.set("c", "handed", 1))
+        wait_until(lambda: posted(lock_file, os.getpid()), "the leader to hand its batch over")
+        later = Call(lambda: store.set("c", "later", 2))
+        wait_until(lambda: len(store._waiters) == 1, "the later set to wait")  # noqa: SLF001
+        assert queued(store) == 1  # its change alone: the handed batch was closed when handed
+    finally:
+        holder.communicate("go\n", timeout=60)
+    assert holder.returncode == 0
+    handed.wait()
+    later.wait()
+    assert read(path)["c"] == {"start": 0, "handed": 1, "later": 2}
+    assert read(path)["holder"] == {"k": 1}
+    assert_memory_matches_disk(store)
+    store.close()
+
+
+_SETTER = r"""
+import sys
+from trainstatus import StatusStore, _group_commit
+from trainstatus._lock import fair as _fair
+from trainstatus._storage import atomic as _atomic
+_fair._DEFER_AT_MOST = 600.0  # the test holds the lock as long as it needs, however loaded the machine
+_fair._STALE_NS = 600 * 10**9
+writes = []
+_write = _atomic.write_atomic
+_atomic.write_atomic = lambda *args, **kwargs: writes.append(1) or _write(*args, **kwargs)
+if sys.argv[3] == "pause":
+    # Told its change was written, it reads the file only once the test says so.
+    _handed_over = _group_commit._GroupCommit._handed_over
+    def _paused(self, batch):
+        print("told written", flush=True)
+        assert sys.stdin.readline() == "read\n"
+        return _handed_over(self, batch)
+    _group_commit._GroupCommit._handed_over = _paused
+store = StatusStore(sys.argv[1], lock_timeout=60)
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\n"
+store.set("shared", "progress", int(sys.argv[2]))
+print("set", store.get("shared", "progress"), "writes", len(writes), flush=True)
+store.close()
+"""
+
+
+def setter(path: Path, value: int, *, pause: bool = False) -> subprocess.Popen[str]:
+    """A process setting shared/progress to ``value``, returned once its change is posted for the
+    holder (the caller holds the lock). With ``pause``, told its change was written, it says "told
+    written" and reads the file only after a line on its stdin."""
+    process = subprocess.Popen([sys.executable, "-c", _SETTER, str(path), str(value), "pause" if pause else ""],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    spawned.append(process)  # before anything is asserted
+    assert process.stdout is not None and process.stdin is not None
+    assert process.stdout.readline() == "ready\n"
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    wait_until(lambda: posted(Path(str(path) + ".lock"), process.pid) or process.poll() is not None,
+               "the setter to post its change")
+    return process
+
+
+def output(process: subprocess.Popen[str]) -> str:
+    """What ``process`` printed from now until it ended."""
+    process.wait(timeout=60)
+    assert process.stdout is not None
+    return process.stdout.read().strip()
+
+
+def held_store(tmp_path: Path) -> tuple[Path, StatusStore]:
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("c", "start", 0)
+    skip_unless_local_locks(Path(str(path) + ".lock"))
+    return path, store
+
+
+@pytest.mark.skipif(not _fair._HANDOFF, reason="handing over needs Linux's open file description locks")
+def test_two_processes_setting_one_key_in_one_carried_write_leave_the_later_value(tmp_path: Path) -> None:
+    """Two processes set one key while a third holds the lock; its write carries both, the later
+    one's value laid over the older one's. Both are told written and neither writes again: the
+    older one, finding the later value where it set its own, once wrote its own back (issue 32)."""
+    path, store = held_store(tmp_path)
+    with store._storage.lock(None):
+        older, newer = setter(path, 1), setter(path, 2)
+        store._storage._path_lock._file_lock.contended = True  # type: ignore[attr-defined]
+        store.set("holder", "k", 1)
+        assert read(path)["shared"] == {"progress": 2}
+    assert (output(older), output(newer)) == ("set 2 writes 0", "set 2 writes 0")
+    assert read(path)["shared"] == {"progress": 2}
+    store.close()
+
+
+@pytest.mark.skipif(not _fair._HANDOFF, reason="handing over needs Linux's open file description locks")
+def test_a_set_written_for_another_process_is_not_written_again_over_a_later_set(tmp_path: Path) -> None:
+    """A holder writes a waiting process's set and tells it so; before that process reads the
+    file, another store sets the same key, and its set returns. The waiting process then finds
+    the later value, not its own, and must leave it: it once wrote its own back (issue 32)."""
+    path, store = held_store(tmp_path)
+    with store._storage.lock(None):
+        waiter = setter(path, 1, pause=True)
+        store._storage._path_lock._file_lock.contended = True  # type: ignore[attr-defined]
+        store.set("holder", "k", 1)
+    assert waiter.stdout is not None and waiter.stdin is not None
+    assert select.select([waiter.stdout], [], [], 60)[0], "the waiter was not told its change was written"
+    assert waiter.stdout.readline() == "told written\n"
+    assert read(path)["shared"] == {"progress": 1}
+    later = StatusStore(path)
+    later.set("shared", "progress", 2)  # returned: durable, and later than the waiter's value
+    later.close()
+    waiter.stdin.write("read\n")
+    waiter.stdin.flush()
+    assert output(waiter) == "set 2 writes 0"
+    assert read(path)["shared"] == {"progress": 2}
+    store.close()

@@ -324,7 +324,9 @@ def checkpoints_then_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 
 
 MISSING_NOW = ("That version lists 2 checkpoint file(s) that are missing now: Walker/checkpoints "
-               "models/Walker-100.onnx; Walker/checkpoints models/Walker-100.pt (relative paths looked up in {cwd}). "
+               "models/Walker-100.onnx; Walker/checkpoints models/Walker-100.pt (relative paths looked up under {cwd}, "
+               "the current directory: Walker records no checkpoint_root, so its paths are read as ML-Agents writes "
+               "them, relative to the folder mlagents-learn ran in). "
                "Do not resume from them: CheckpointList.latest() skips them, prune_missing() drops their entries.")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -20,11 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
-from _trainer_child import ChildTrainer, OwnResume
+from _trainer_child import ChildTrainer, OwnResume, users_line
 
 from trainstatus import StatusStore
 
 TRAINER = Path(__file__).resolve().parent / "_lightning_trainer.py"
+CALLED = users_line(TRAINER, "last_complete_checkpoint(")  # where its warnings point
 
 
 class Trainer(ChildTrainer):
@@ -79,17 +81,21 @@ def test_save_top_k_and_save_last_leave_exactly_what_the_list_records(trained: P
 
 
 def test_a_ckpt_cut_in_half_is_skipped_with_a_warning(torch_python: Path, run: Path) -> None:
-    whole = (run / "last.ckpt").stat().st_size
+    whole, top_k = (run / "last.ckpt").stat().st_size, (run / "epoch=1-step=16.ckpt").stat().st_size
     cut_in_half(run / "last.ckpt")
     cut_in_half(run / "epoch=1-step=16.ckpt")
     events = Trainer(torch_python, dir=str(run), max_steps=16).finish()
     assert events["resumed"]["path"] == str(run / "epoch=1-step=12.ckpt")
     assert events["ready"]["step"] == 12  # Lightning restored it
-    [warning] = events["resumed"]["warnings"]
-    # The size recorded with each entry catches a file cut short first.
-    assert f"last.ckpt has {whole // 2:,} bytes, {whole:,} recorded" in warning
-    assert "epoch=1-step=16.ckpt has" in warning
-    assert "Using the checkpoint at steps 12 (epoch=1-step=12.ckpt)" in warning
+    # The size recorded with each entry catches a file cut short first. Newest first: last.ckpt
+    # was saved after the top-k file of the same step.
+    assert events["resumed"]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: {run / 'epoch=1-step=12.ckpt'} is the newest whole checkpoint recorded "
+        f"in {run / 'training_status.json'}; the newer ones cannot be resumed from: last.ckpt has {whole // 2:,} "
+        f"bytes, {whole:,} recorded; epoch=1-step=16.ckpt has {top_k // 2:,} bytes, {top_k:,} recorded. "
+        "They are left on disk: the checkpoints this run saves take their place. If you have whole copies of them, "
+        f"stop, put them back in {run} and start again to resume from the newest."]
+    assert events["resumed"]["where"] == [CALLED]
 
 
 def test_a_ckpt_damaged_in_place_is_skipped_by_the_archive_check(torch_python: Path, run: Path) -> None:
@@ -101,7 +107,15 @@ def test_a_ckpt_damaged_in_place_is_skipped_by_the_archive_check(torch_python: P
     events = Trainer(torch_python, dir=str(run), max_steps=16).finish()
     assert (events["resumed"]["path"], events["ready"]["step"]) == (str(run / "epoch=1-step=12.ckpt"), 12)
     [warning] = events["resumed"]["warnings"]
-    assert "steps 16 (the check raised" in warning and " bytes, " not in warning
+    # Their sizes as recorded: the archive check names the member the damage hit (the zip's layout).
+    member = r"member \S+ fails its CRC check"
+    assert re.fullmatch(
+        re.escape(f"TrainingStatusCheckpointWarning: {run / 'epoch=1-step=12.ckpt'} is the newest whole checkpoint "
+                  f"recorded in {run / 'training_status.json'}; the newer ones cannot be resumed from: last.ckpt: ")
+        + member + re.escape("; epoch=1-step=16.ckpt: ") + member
+        + re.escape(". They are left on disk: the checkpoints this run saves take their place. If you have whole "
+                    f"copies of them, stop, put them back in {run} and start again to resume from the newest."),
+        warning), warning
 
 
 def test_a_listed_file_deleted_by_hand_is_skipped(torch_python: Path, run: Path) -> None:
@@ -118,7 +132,7 @@ def test_resume_continues_from_the_recorded_global_step(torch_python: Path, tmp_
     Trainer(torch_python, dir=str(directory), max_steps=16).finish()
     trainer = Trainer(torch_python, dir=str(directory), max_steps=24, probe=True)
     events = trainer.finish()
-    assert events["resumed"] == {"event": "resumed", "path": str(directory / "last.ckpt"), "warnings": []}
+    assert events["resumed"] == {"event": "resumed", "path": str(directory / "last.ckpt"), "warnings": [], "where": []}
     assert (events["ready"]["step"], events["done"]["step"]) == (16, 24)
     # save_top_k=2 goes on across the resume (Lightning restored its top-k state), each old file
     # removed only once the list on disk no longer named it.
@@ -167,12 +181,14 @@ def test_status_path_puts_the_record_where_it_says(torch_python: Path, tmp_path:
     Trainer(torch_python, dir=str(directory), status_path=str(status), max_steps=8).finish()
     assert not (directory / "training_status.json").exists()
     assert recorded(directory, status) == [(4, "epoch=0-step=4.ckpt"), (8, "epoch=0-step=8.ckpt"), (8, "last.ckpt")]
+    with StatusStore(status) as store:  # outside the status file's folder: recorded absolute
+        assert store.get("lightning", "checkpoint_root") == str(directory)
     events = Trainer(torch_python, dir=str(directory), status_path=str(status), max_steps=12).finish()
     assert (events["resumed"]["path"], events["ready"]["step"]) == (str(directory / "last.ckpt"), 8)
 
 
 PLUGIN = """
-import os, sys
+import os, sys, warnings
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from trainstatus import StatusStore
 from trainstatus.integrations.lightning import TrainStatusCheckpointIO, last_complete_checkpoint
@@ -201,6 +217,13 @@ with StatusStore(os.path.join(folder, "training_status.json")) as store:
     print([(e["steps"], e["file_path"]) for e in store.get("lightning", "checkpoints")])
 plugin.remove_checkpoint(target)
 print(ls(), last_complete_checkpoint(folder))
+plugin.save_checkpoint({"global_step": 12}, target)
+with open(target, "r+b") as f:
+    f.seek(100)
+    f.write(bytes(100))  # its recorded size kept: the archive check refuses it
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print((last_complete_checkpoint(folder), [(os.path.basename(w.filename), str(w.message)) for w in caught]))
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
 for attempt in (lambda: plugin.save_checkpoint({"global_step": 9}, "s3://bucket/last.ckpt"),
                 lambda: TrainStatusCheckpointIO(AsyncCheckpointIO())):
@@ -220,6 +243,15 @@ def test_a_failed_save_of_last_ckpt_leaves_the_old_file_and_no_temp(torch_python
         "True True",
         "[(8, 'last.ckpt')]",
         "['training_status.json', 'training_status.json.lock'] None",
+        # Nothing whole: None, said in a Lightning user's words, pointing at the call. (Bytes 100-199
+        # lie in torch 2.13's first member.)
+        str((None, [("<string>", f"No checkpoint recorded in {tmp_path / 'training_status.json'} can be resumed "
+                                 "from: last.ckpt: member archive/.format_version fails its CRC check. "
+                                 "last_complete_checkpoint() returns None: trainer.fit(ckpt_path=None) starts at "
+                                 "step 0 and saves its checkpoints beside these. To keep these files, stop and move "
+                                 f"them out of {tmp_path}, "
+                                 "or give ModelCheckpoint another dirpath; if you have whole copies of them, put them "
+                                 f"back in {tmp_path} and start again.")])),
         "TrainingStatusError TrainStatusCheckpointIO cannot save 's3",
         ("TrainingStatusTypeError TrainStatusCheckpointIO checkpoint_io= must be a Lightning CheckpointIO that has "
          "written the file when save_checkpoint returns (TorchCheckpointIO, the default), not 'AsyncCheckpointIO'"),
@@ -336,3 +368,42 @@ def test_a_new_checkpoint_folder_is_durable_before_its_first_checkpoint_is_recor
                           timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [str(run / "checkpoints"), str(run)]
+
+
+POWER_LOSS = Path(__file__).resolve().parent / "_lightning_power_loss.py"
+
+
+def test_a_power_loss_never_leaves_a_listed_checkpoint_gone_or_torn(torch_python: Path, tmp_path: Path) -> None:
+    # One real save (Trainer.fit, one step, ModelCheckpoint through the plugin) recorded by
+    # trainstatus.testing.power_losses, every state a power loss could leave checked in the child
+    # (tests/_lightning_power_loss.py): whatever the status file lists there is whole. The status
+    # file is in run_logs/, apart from the checkpoints: its own folder sync covers nothing of
+    # ckpts/. A SIGKILL cannot tell a missing fsync; this can: without the fsync of the file
+    # before its rename, a state lists the checkpoint with its data lost (0 bytes, or torn); without
+    # the sync of ckpts/ after it, one lists a checkpoint whose name never reached the disk.
+    done = subprocess.run([str(torch_python), str(POWER_LOSS), str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=False)
+    assert done.returncode == 0, done.stderr[-5000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["failed"] == []
+    operations = result["operations"]
+    # The save the states were made of: Lightning's temp file (fsspec, in TMPDIR) renamed to ours
+    # in ckpts/, fsynced, renamed into place, the folder synced; then the record.
+    saved = next(i for i, op in enumerate(operations) if op.startswith("rename(ckpts/.epoch=0-step=1.ckpt.trainstatus-")
+                 and op.endswith(" -> ckpts/epoch=0-step=1.ckpt)"))
+    assert operations[saved + 1] == "dirsync(ckpts)" and operations[saved - 1].startswith("fsync(#")
+    assert operations[-1] == "dirsync(run_logs)" and result["states"] > 50
+
+
+def test_the_run_folder_is_checked_from_any_current_directory(trained: Path) -> None:
+    # The status file records where its relative paths are rooted (the run folder itself: "."),
+    # so `trainstatus check --files` finds every file from the project folder too.
+    directory = trained
+    status = directory / "training_status.json"
+    with StatusStore(status) as store:
+        assert store.get("lightning", "checkpoint_root") == "."
+    done = subprocess.run([sys.executable, "-m", "trainstatus", "check", "--files", f"{directory.name}/training_status.json"],
+                          cwd=directory.parent, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (f"info: lightning: relative checkpoint paths are looked up under {directory}, recorded in "
+            "lightning/checkpoint_root\n") in done.stdout

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -21,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trainer_child import ChildTrainer, OwnResume
+from _trainer_child import ChildTrainer, OwnResume, users_line
 
 from trainstatus import StatusStore
 
 TRAINER = Path(__file__).resolve().parent / "_sb3_trainer.py"
 SAVE_FREQ = 64  # one save per PPO rollout (n_steps=64)
+CALLED, LEARNED = users_line(TRAINER, "last_complete_checkpoint("), users_line(TRAINER, "model.learn(")
 
 
 class Trainer(ChildTrainer):
@@ -81,10 +83,14 @@ def test_a_zip_cut_in_half_is_skipped_with_a_warning(torch_python: Path, run: Pa
     resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3).finish()["resumed"]
     assert resumed["path"] == str(run / "rl_model_320_steps.zip")
     assert resumed["steps"] == 320  # PPO.load succeeded on it in the child
-    [warning] = resumed["warnings"]
-    # The size recorded with the entry catches it first.
-    assert "steps 384" in warning and f"rl_model_384_steps.zip has {whole // 2:,} bytes, {whole:,} recorded" in warning
-    assert "Using the checkpoint at steps 320" in warning
+    # The size recorded with the entry catches it first; said in an SB3 user's words, at the call.
+    assert resumed["warnings"] == [
+        f"TrainingStatusCheckpointWarning: {run / 'rl_model_320_steps.zip'} is the newest whole checkpoint recorded "
+        f"in {run / 'training_status.json'}; the newer ones cannot be resumed from: rl_model_384_steps.zip has "
+        f"{whole // 2:,} bytes, {whole:,} recorded. They are left on disk: a run saves over each file when it "
+        f"reaches its steps. If you have whole copies of them, stop, put them back in {run} and start again to "
+        "resume from the newest."]
+    assert resumed["where"] == [CALLED]
 
 
 def test_a_zip_damaged_in_place_is_skipped_by_the_zip_check(torch_python: Path, run: Path) -> None:
@@ -97,7 +103,15 @@ def test_a_zip_damaged_in_place_is_skipped_by_the_zip_check(torch_python: Path, 
     resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3).finish()["resumed"]
     assert (resumed["path"], resumed["steps"]) == (str(run / "rl_model_320_steps.zip"), 320)
     [warning] = resumed["warnings"]
-    assert "steps 384" in warning and "rl_model_384_steps.zip" in warning and f"has {size:,} bytes" not in warning
+    # Its size as recorded: the zip check names the member the damage hit (the zip's layout).
+    assert re.fullmatch(
+        re.escape(f"TrainingStatusCheckpointWarning: {run / 'rl_model_320_steps.zip'} is the newest whole checkpoint "
+                  f"recorded in {run / 'training_status.json'}; the newer ones cannot be resumed from: "
+                  "rl_model_384_steps.zip: ")
+        + r"member \S+ fails its CRC check"
+        + re.escape(". They are left on disk: a run saves over each file when it reaches its steps. If you have whole "
+                    f"copies of them, stop, put them back in {run} and start again to resume from the newest."),
+        warning), warning
 
 
 def test_a_listed_file_deleted_by_hand_is_skipped(torch_python: Path, run: Path) -> None:
@@ -113,10 +127,36 @@ def test_nothing_recorded_starts_fresh_and_nothing_whole_warns(torch_python: Pat
     for name in zips(run):  # the recorded sizes kept: the zip check is what refuses them
         size = (run / name).stat().st_size
         (run / name).write_bytes(b"PK\x03\x04 not a whole zip".ljust(size, b"\0"))
-    resumed = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ).finish()["resumed"]
+    events = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, steps=64).finish()
+    resumed, status = events["resumed"], run / "training_status.json"
     assert (resumed["path"], resumed["steps"]) == (None, 0)
-    [warning] = resumed["warnings"]
-    assert "No checkpoint of rl_model/checkpoints" in warning and warning.count("BadZipFile") == 3
+    why = "; ".join(f"rl_model_{n}_steps.zip is not a whole SB3 model zip (File is not a zip file)" for n in (384, 320, 256))
+    # In an SB3 user's words, pointing at the user's calls: what last_complete_checkpoint found,
+    # then what the new run at 0 timesteps does over those files (not "load its checkpoint",
+    # which the user just tried).
+    assert resumed["warnings"] == [
+        f"TrainingStatusCheckpointWarning: No checkpoint recorded in {status} can be resumed from: {why}. "
+        "last_complete_checkpoint() returns None: a new model starts at 0 timesteps and saves over these files as "
+        f"it reaches their steps. To keep these files, stop and move them out of {run}, or use another save_path or "
+        f"name_prefix; if you have whole copies of them, put them back in {run} and start again."]
+    assert events["done"]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: This run starts at 0 timesteps in {run}, where {status} recorded "
+        f"checkpoints up to 384 steps, none of them whole ({why}). This run's checkpoints replace their files as it "
+        "reaches the same steps; until then a resume passes over them with a warning. To keep them, stop and move "
+        f"them out of {run}, or use another save_path or name_prefix."]
+    assert (resumed["where"], events["done"]["where"]) == ([CALLED], [LEARNED])
+
+
+def test_a_new_model_over_whole_checkpoints_is_told_how_to_continue(torch_python: Path, run: Path) -> None:
+    events = Trainer(torch_python, dir=str(run), save_freq=SAVE_FREQ, keep=3, steps=64, fresh=True).finish()
+    newest = run / "rl_model_384_steps.zip"
+    assert events["done"]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: This run starts at 0 timesteps in {run}, where {run / 'training_status.json'} "
+        f"recorded checkpoints up to 384 steps: last_complete_checkpoint() returns {newest} of that run until this one "
+        "passes 384 steps, and this run's checkpoints replace that run's files of the same names. If you meant to "
+        f"continue, stop, load it (PPO.load({str(newest)!r}, env=env)) and call learn(..., reset_num_timesteps=False); "
+        "to start over without this warning, use another save_path or name_prefix."]
+    assert events["done"]["where"] == [LEARNED]
 
 
 def test_resume_continues_from_the_recorded_step_count(torch_python: Path, run: Path) -> None:
@@ -134,6 +174,8 @@ def test_status_path_and_name_prefix_put_the_record_where_they_say(torch_python:
     assert zips(directory) == ["cartpole_128_steps.zip", "cartpole_64_steps.zip"]
     assert not (directory / "training_status.json").exists()
     assert [e["steps"] for e in recorded(directory, "cartpole", status)] == [64, 128]
+    with StatusStore(status) as store:  # outside the status file's folder: recorded absolute
+        assert store.get("cartpole", "checkpoint_root") == str(directory)
     resumed = Trainer(torch_python, **options).finish()["resumed"]
     assert (resumed["path"], resumed["steps"]) == (str(directory / "cartpole_128_steps.zip"), 128)
 
@@ -347,6 +389,23 @@ def test_the_reviews_cases(torch_python: Path, run: Path, tmp_path: Path) -> Non
         "pass save_replay_buffer= by name).")
     assert out["from_history"] is not None and out["from_history"].endswith("_steps.zip")
     assert out["synced_above"] == [str(fresh / "run" / "models"), str(fresh / "run")]
-    (warning,) = out["reset_warnings"]
-    assert "has checkpoints up to 384 steps, but this run starts at 0" in warning
-    assert "reset_num_timesteps=False" in warning
+    save_path, status = fresh / "run" / "models" / "new", fresh / "run" / "run_logs" / "training_status.json"
+    assert out["reset_warnings"] == [
+        f"This run starts at 0 timesteps in {save_path}, where {status} recorded checkpoints up to 384 steps, none of "
+        "them whole (gone.zip is missing). This run's checkpoints replace their files as it reaches the same steps; "
+        f"until then a resume passes over them with a warning. To keep them, stop and move them out of {save_path}, "
+        "or use another save_path or name_prefix."]
+
+
+def test_the_run_folder_is_checked_from_any_current_directory(trained: Path) -> None:
+    # The status file records where its relative paths are rooted (the run folder itself: "."),
+    # so `trainstatus check --files` finds every file from the project folder too.
+    directory = trained
+    status = directory / "training_status.json"
+    with StatusStore(status) as store:
+        assert store.get("rl_model", "checkpoint_root") == "."
+    done = subprocess.run([sys.executable, "-m", "trainstatus", "check", "--files", f"{directory.name}/training_status.json"],
+                          cwd=directory.parent, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (f"info: rl_model: relative checkpoint paths are looked up under {directory}, recorded in "
+            "rl_model/checkpoint_root\n") in done.stdout

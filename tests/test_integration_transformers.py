@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trainer_child import ChildTrainer, OwnResume
+from _trainer_child import ChildTrainer, OwnResume, users_line
 
 from trainstatus import StatusStore
 
 TRAINER = Path(__file__).resolve().parent / "_transformers_trainer.py"
 OFFLINE = {"HF_HUB_OFFLINE": "1"}
+CALLED = users_line(TRAINER, "last_complete_checkpoint(")  # where the warnings of these calls point
+TRAINED = users_line(TRAINER, "run.train(")
 
 
 class Trainer(ChildTrainer):
@@ -85,18 +87,26 @@ def test_save_total_limit_is_applied_after_the_record_and_given_back(trained: tu
 
 def test_a_newest_folder_without_trainer_state_json_is_passed_over(torch_python: Path, run: Path) -> None:
     # What a kill inside a save leaves: checkpoint-14 with the weights written, trainer_state.json
-    # (written last) not yet, nothing recorded. get_last_checkpoint returns it; the resume fails.
+    # (written last) not yet, nothing recorded. get_last_checkpoint returns it; the resume fails,
+    # also trainer.train(resume_from_checkpoint=True), which calls it, in a Trainer without the
+    # callback. With the callback, True resumes from last_complete_checkpoint, before loading.
     partial = run / "checkpoint-14"
     partial.mkdir()
     shutil.copy(run / "checkpoint-12" / "model.safetensors", partial)
-    events = Trainer(torch_python, dir=str(run), max_steps=14, limit=5, theirs=True).finish()
+    events = Trainer(torch_python, dir=str(run), max_steps=14, limit=5, theirs=True, resume=True).finish()
+    passed_over = (f"TrainingStatusCheckpointWarning: Passed over checkpoint-14 in {run}: not recorded in "
+                   f"{run / 'training_status.json'} (a save that did not finish, or one made without "
+                   "TrainStatusCallback), so not known to be whole; get_last_checkpoint() would return the newest "
+                   "of them. They are left on disk: a run saves over each when it reaches its step.")
     assert events["resumed"]["path"] == str(run / "checkpoint-12")
-    [warning] = events["resumed"]["warnings"]
-    assert "Passed over checkpoint-14 in " in warning and "get_last_checkpoint() would return" in warning
+    assert (events["resumed"]["warnings"], events["resumed"]["where"]) == ([passed_over], [CALLED])
     theirs = events["theirs"]
     assert (theirs["path"], theirs["ok"]) == (str(partial), False)
     assert "FileNotFoundError" in theirs["error"] and "trainer_state.json" in theirs["error"]
+    # train(resume_from_checkpoint=True) loaded checkpoint-12, said so where the user called it.
+    assert events["done"]["error"] is None
     assert (events["ready"]["step"], events["done"]["step"]) == (12, 14)
+    assert (events["ready"]["warnings"], events["ready"]["where"]) == ([passed_over], [TRAINED])
     # The run saved over the partial folder, then recorded it whole.
     assert steps(run) == [6, 8, 10, 12, 14] and "checkpoint-14/trainer_state.json" in recorded(run)[-1]["files"]
 
@@ -113,12 +123,15 @@ def test_damaged_or_deleted_recorded_folders_are_skipped_with_a_warning(torch_py
     shutil.rmtree(run / "checkpoint-10")  # a listed folder deleted by hand
     events = Trainer(torch_python, dir=str(run), max_steps=12, limit=5).finish()
     assert (events["resumed"]["path"], events["ready"]["step"]) == (str(run / "checkpoint-4"), 4)
-    [warning] = events["resumed"]["warnings"]
-    assert f"checkpoint-12/model.safetensors has {whole // 2:,} bytes, {whole:,} recorded" in warning
-    assert "steps 10 (checkpoint-10 is missing)" in warning
-    assert "steps 8 (the check raised ValueError: checkpoint-8/model.safetensors: its header is not JSON" in warning
-    assert "checkpoint-6/trainer_state.json is missing" in warning
-    assert "Using the checkpoint at steps 4 (checkpoint-4)" in warning
+    # In a Trainer user's words: what is resumed from, why not the newer ones, what becomes of them.
+    assert events["resumed"]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: {run / 'checkpoint-4'} is the newest whole checkpoint recorded in "
+        f"{run / 'training_status.json'}; the newer ones cannot be resumed from: checkpoint-12/model.safetensors "
+        f"has {whole // 2:,} bytes, {whole:,} recorded; checkpoint-10 is missing; checkpoint-8/model.safetensors: "
+        "its header is not JSON (Expecting value: line 1 column 1 (char 0)); checkpoint-6/trainer_state.json is "
+        "missing. They are left on disk: a run saves over each folder when it reaches its step. If you have whole "
+        f"copies of them, stop, put them back in {run} and start again to resume from the newest."]
+    assert events["resumed"]["where"] == [CALLED]
     # Training went on from step 4 and saved over the damaged folders, each recorded again whole.
     assert steps(run) == [4, 6, 8, 10, 12] and folders(run) == [f"checkpoint-{n}" for n in (4, 6, 8, 10, 12)]
     assert recorded(run)[-1]["files"]["checkpoint-12/model.safetensors"] == whole
@@ -146,10 +159,71 @@ def test_a_kill_in_the_trainers_rotation_window_leaves_the_old_folder(torch_pyth
     # With a best checkpoint (the first: tests/_transformers_trainer.py), the limit of 1 keeps it
     # and the newest during training, and only it at the end, as the Trainer does.
     events = Trainer(torch_python, **options, max_steps=4, fresh=True, best=True).finish()
-    [warning] = events["ready"]["warnings"]
-    assert "has checkpoints up to step 6, but this run starts at step 0" in warning
+    assert events["ready"]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: This run starts at step 0 in {directory}, where {status} recorded "
+        "checkpoints up to step 6: they are no longer listed, and this run saves over their folders as it reaches "
+        "their steps. If you meant to continue, stop and pass trainer.train(resume_from_checkpoint="
+        f"{str(directory / 'checkpoint-6')!r}), the newest whole one, before this run saves over it; to start over "
+        "without this warning, train into another output_dir."]
+    assert events["ready"]["where"] == [TRAINED]
     assert events["done"]["best"] == str(directory / "checkpoint-2")
     assert folders(directory) == ["checkpoint-2", "checkpoint-6"] and steps(directory, status) == [2]
+
+
+def test_every_recorded_checkpoint_damaged_is_told_in_a_trainer_users_words(torch_python: Path, run: Path) -> None:
+    # Every recorded folder's weights cut short. trainer.train(resume_from_checkpoint=True) refuses
+    # before loading anything; last_complete_checkpoint returns None and says why and what the
+    # run then does; the run at step 0 says it saves over them (not "pass last_complete_checkpoint",
+    # which the user just did).
+    sizes = {}
+    for n in (4, 6, 8, 10, 12):
+        weights = run / f"checkpoint-{n}" / "model.safetensors"
+        sizes[n] = weights.stat().st_size
+        with open(weights, "r+b") as f:
+            f.truncate(100)
+    status = run / "training_status.json"
+    why = "; ".join(f"checkpoint-{n}/model.safetensors has 100 bytes, {sizes[n]:,} recorded" for n in (12, 10, 8, 6, 4))
+    events = Trainer(torch_python, dir=str(run), max_steps=2, resume=True).finish()
+    assert events["done"]["error"] == (
+        f"TrainingStatusCheckpointError: trainer.train(resume_from_checkpoint=True) found no checkpoint to resume "
+        f"from in {run}: none of the checkpoints recorded in {status} is whole ({why}). Nothing was loaded. To start "
+        "a new run there, pass resume_from_checkpoint=None (it saves over these folders as it reaches their steps); "
+        "to resume from a folder you know is whole, pass that folder; to keep them, train into another output_dir.")
+    assert "ready" not in events and steps(run) == [4, 6, 8, 10, 12]
+    events = Trainer(torch_python, dir=str(run), max_steps=2).finish()
+    assert events["resumed"]["path"] is None
+    assert events["resumed"]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: No checkpoint recorded in {status} can be resumed from: {why}. "
+        "last_complete_checkpoint() returns None: trainer.train(resume_from_checkpoint=None) starts at step 0 and "
+        f"saves over these folders as it reaches their steps. To keep these files, stop and move them out of {run}, "
+        f"or train into another output_dir; if you have whole copies of them, put them back in {run} and start again."]
+    assert events["ready"]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: This run starts at step 0 in {run}, where {status} recorded checkpoints "
+        f"up to step 12, none of them whole ({why}): they are no longer listed, and this run saves over their folders "
+        f"as it reaches their steps. To keep them, stop and move them out of {run}, or train into another output_dir."]
+    assert (events["resumed"]["where"], events["ready"]["where"]) == ([CALLED], [TRAINED])
+    assert steps(run) == [2]
+
+
+def test_a_run_rolled_back_to_an_older_checkpoint_drops_the_newer_entries(torch_python: Path, run: Path) -> None:
+    # Resumed from checkpoint-6 by name while 8, 10 and 12 are recorded: the run saves over their
+    # folders file by file, so their entries go before it does (else a kill while it saves
+    # checkpoint-8 leaves checkpoint-12 of the abandoned run the newest recorded one, and
+    # last_complete_checkpoint would resume from it). Their folders stay until saved over.
+    events = Trainer(torch_python, dir=str(run), max_steps=8, limit=5, resume="checkpoint-6").finish()
+    assert (events["ready"]["step"], events["done"]["step"], events["ready"]["warnings"]) == (6, 8, [])
+    assert steps(run) == [4, 6, 8]
+    assert folders(run) == [f"checkpoint-{n}" for n in (4, 6, 8, 10, 12)]
+
+
+def test_save_total_limit_keeps_the_best_checkpoint_of_a_relative_output_dir(torch_python: Path,
+                                                                              tmp_path: Path) -> None:
+    # The best checkpoint is the first (tests/_transformers_trainer.py); output_dir is relative,
+    # so state.best_model_checkpoint is "out/checkpoint-2" while the list resolves its folders
+    # absolute. With a limit of 2 the rotation keeps the best and the newest, as the Trainer does.
+    events = Trainer(torch_python, cwd=str(tmp_path), dir="out", max_steps=8, limit=2, best=True).finish()
+    assert events["done"]["best"] == os.path.join("out", "checkpoint-2")
+    assert folders(tmp_path / "out") == ["checkpoint-2", "checkpoint-8"] and steps(tmp_path / "out") == [2, 8]
 
 
 def test_best_model_checkpoint_never_names_a_missing_or_damaged_folder(torch_python: Path, tmp_path: Path) -> None:
@@ -245,3 +319,17 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
           "0 went back past the last recorded one\n"
           f"  get_last_checkpoint (Transformers' own): {own.failed} of {own.tried} resumes failed")
     sys.stdout.flush()
+
+
+def test_the_run_folder_is_checked_from_any_current_directory(trained: tuple[Path, dict[str, Any]]) -> None:
+    # The status file records where its relative paths are rooted (the run folder itself: "."),
+    # so `trainstatus check --files` finds every file from the project folder too.
+    directory, _ = trained
+    status = directory / "training_status.json"
+    with StatusStore(status) as store:
+        assert store.get("transformers", "checkpoint_root") == "."
+    done = subprocess.run([sys.executable, "-m", "trainstatus", "check", "--files", f"{directory.name}/training_status.json"],
+                          cwd=directory.parent, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (f"info: transformers: relative checkpoint paths are looked up under {directory}, recorded in "
+            "transformers/checkpoint_root\n") in done.stdout

@@ -716,3 +716,45 @@ def test_every_public_method_taking_the_stores_mutex_holds_signals_back(tmp_path
             assert store.get("b", "elsewhere") is True  # it read, under the mutex
         store.close()
     assert took == _TAKE_THE_MUTEX
+
+
+# -- Ctrl-C after another process took the change into its write -----------------------------------
+# (the waiter's side, for real: test_mailbox.test_ctrl_c_after_a_holder_took_the_request_leaves_memory_to_the_file)
+
+
+def test_an_interrupt_after_a_holder_wrote_the_change_says_it_is_in_the_file() -> None:
+    from trainstatus import TrainingStatusWarning
+    from trainstatus._lock import mailbox as _mailbox
+
+    said = ("trainstatus: this call was interrupted while it waited for the lock of /runs/status.json, after "
+            "process 4242 had written its change: the change is in the file. The store's reload() shows it (its "
+            "next write reads the file first, too).")
+    interrupt = KeyboardInterrupt()
+    if sys.version_info >= (3, 11):  # a note, shown with the traceback
+        _locking._say_handed_over(interrupt, "/runs/status.json", _mailbox.DONE, 4242)
+        assert interrupt.__notes__ == [said]
+    else:  # Python 3.10: exceptions have no notes, so a warning says it
+        with pytest.warns(TrainingStatusWarning) as caught:
+            _locking._say_handed_over(interrupt, "/runs/status.json", _mailbox.DONE, 4242)
+        assert [str(w.message) for w in caught] == [said]
+
+
+class _InterruptWithoutNotes(KeyboardInterrupt):
+    add_note = None  # as on Python 3.10, where exceptions have no notes
+
+
+def test_without_notes_an_interrupt_after_a_holder_took_the_change_warns_instead() -> None:
+    from trainstatus import TrainingStatusWarning
+    from trainstatus._lock import mailbox as _mailbox
+
+    with pytest.warns(TrainingStatusWarning) as caught:
+        _locking._say_handed_over(_InterruptWithoutNotes(), "/runs/status.json", _mailbox.CLAIMED, 0)
+    assert [str(w.message) for w in caught] == [
+        "trainstatus: this call was interrupted while it waited for the lock of /runs/status.json, after "
+        "another process, which holds the lock, had taken its change into its own write: the change may still "
+        "land in the file. The store's reload() shows whether it did, once that write is done (its next write "
+        "reads the file first, too)."]
+    assert caught[0].message.path == "/runs/status.json"  # type: ignore[union-attr]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning raised as an error must not replace the interrupt
+        _locking._say_handed_over(_InterruptWithoutNotes(), "/runs/status.json", _mailbox.CLAIMED, 0)

@@ -23,7 +23,7 @@ from typing import Any
 import _workers
 import filelock
 import pytest
-from _helpers import lock_held_by_another_process, process_message, run_threads, soft_holder, soft_message
+from _helpers import end_processes, lock_held_by_another_process, process_message, run_threads, soft_holder, soft_message
 
 from trainstatus import (
     StatusStore,
@@ -32,7 +32,8 @@ from trainstatus import (
     TrainingStatusValueError,
     TrainingStatusWriteError,
 )
-from trainstatus._lock import descriptor as _descriptor, kernel_wait as _kernel_wait, path_lock as _locking
+from trainstatus._lock import descriptor as _descriptor, holders as _holders, kernel_wait as _kernel_wait, path_lock as _locking
+from trainstatus._storage import atomic as _atomic
 
 SPAWN = multiprocessing.get_context("spawn")
 TIMEOUT = 60.0
@@ -75,8 +76,9 @@ def deadline(seconds: int = 30) -> Iterator[None]:
 
 
 @contextmanager
-def held_by_another_process(path: Path, key: str = "holder") -> Iterator[None]:
-    """A spawned child holds a transaction on ``path`` for the body; it commits when we leave."""
+def held_by_another_process(path: Path, key: str = "holder") -> Iterator[int]:
+    """A spawned child holds a transaction on ``path`` for the body (given its pid); it commits
+    when we leave."""
     held, release = SPAWN.Event(), SPAWN.Event()
     child = SPAWN.Process(target=_workers.hold_transaction, args=(str(path), held, release, key))
     child.start()
@@ -85,7 +87,8 @@ def held_by_another_process(path: Path, key: str = "holder") -> Iterator[None]:
         while not held.wait(0.05):
             assert child.is_alive(), f"the lock-holding child died first (exit {child.exitcode})"
             assert time.monotonic() < give_up, "the child never took the lock"
-        yield
+        assert child.pid is not None
+        yield child.pid
     finally:
         release.set()
         child.join(TIMEOUT)
@@ -156,7 +159,7 @@ def test_lock_excludes_another_process(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
     store = StatusStore(path, lock_timeout=0.3)
     store.set("mine", "before", 1)
-    with held_by_another_process(path):
+    with held_by_another_process(path) as holder:
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("mine", "k", 1)
         error = info.value
@@ -164,7 +167,7 @@ def test_lock_excludes_another_process(tmp_path: Path) -> None:
         assert isinstance(error, TrainingStatusError)
         assert error.lock_file == str(path) + ".lock"
         assert error.path == str(path)
-        assert str(error) == process_message(path, 0.3)
+        assert str(error) == process_message(path, 0.3, holder)
         assert isinstance(error.__cause__, filelock.Timeout)
         with pytest.raises(TrainingStatusLockTimeout):
             with store.transaction():
@@ -328,14 +331,67 @@ def test_invalid_lock_timeout_is_refused(tmp_path: Path, bad: float) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+_FLOCK_HOLDER = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+                 "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.readline()")
+
+
+def test_a_lock_timeout_names_the_process_holding_the_lock_by_its_program_alone(tmp_path: Path) -> None:
+    """Its pid, its executable and its script, never its further arguments: the message ends up in
+    logs and trackers, and another user's process may carry a secret there (a --hf_token=)."""
+    path = tmp_path / "status.json"
+    lock_path = Path(f"{path}.lock")
+    script = tmp_path / "train.py"
+    script.write_text(_FLOCK_HOLDER)
+    store = StatusStore(path, lock_timeout=0.2, durable=False)
+    store.set("c", "k", 1)
+    with subprocess.Popen([sys.executable, "-u", str(script), str(lock_path), "--hf_token=hf_s3cr3t"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            with pytest.raises(TrainingStatusLockTimeout) as info:
+                store.set("c", "k", 2)
+            holder.communicate("\n", timeout=TIMEOUT)
+        finally:
+            end_processes([holder])  # whatever failed: not left holding the lock
+    assert str(info.value) == (
+        f"Could not lock {path} within 0.2 s: process {holder.pid} ({os.path.basename(sys.executable)} train.py "
+        f"...) holds {lock_path} (a write or an open transaction). Let it finish, or open the store with a longer "
+        "lock_timeout=.")
+    assert "s3cr3t" not in str(info.value) and str(tmp_path) not in str(info.value).replace(str(path), "")
+    store.set("c", "k", 3)
+    assert read(path)["c"] == {"k": 3}
+
+
+@pytest.mark.parametrize(("words", "named"), [
+    (["/usr/bin/python3", "train.py"], "python3 train.py"),
+    (["python", "/home/ann/run/train.py", "--hf_token=x"], "python train.py ..."),
+    (["python", "-u", "-X", "dev", "-W", "ignore", "train.py"], "python train.py ..."),
+    (["python", "-Wignore", "-Xdev", "train.py"], "python train.py ..."),
+    (["python3.11", "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py"], "python3.11 -m torch.distributed.run ..."),
+    (["python", "-mpytest"], "python -m pytest"),
+    (["python", "-c", "import secrets; token = 'x'"], "python -c ..."),
+    (["python", "-uc", "pass"], "python -c ..."),
+    (["python", "--check-hash-based-pycs", "never", "train.py"], "python train.py ..."),
+    (["python"], "python"),
+    (["python", "-", "--token=x"], "python - ..."),  # the script read from stdin
+    (["python", "--", "train.py"], "python train.py ..."),
+    (["python", "-m"], "python ..."),  # cut short: no module to name
+    (["/opt/venv/bin/torchrun", "--nproc_per_node=2", "train.py"], "torchrun ..."),
+    (["mlagents-learn"], "mlagents-learn"),
+    (["ray::TrainTrainable.train() --token=x"], "ray::TrainTrainable.train() ..."),  # setproctitle's one string
+], ids=lambda value: value if isinstance(value, str) else None)
+def test_a_holder_program_is_its_executable_and_script_without_arguments(words: list[str], named: str) -> None:
+    assert _holders.program_of(words) == named
+
+
 def test_lock_timeout_zero_tries_once(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
     store = StatusStore(path, lock_timeout=0, durable=False)
     store.set("c", "k", 1)  # free: works
-    with held_by_another_process(path):
+    with held_by_another_process(path) as holder:
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("c", "k", 2)
-        assert str(info.value) == process_message(path, 0)
+        assert str(info.value) == process_message(path, 0, holder)
     assert read(path)["c"] == {"k": 1}
 
 
@@ -403,10 +459,10 @@ def test_a_plain_filelock_user_in_another_process_excludes_us(tmp_path: Path) ->
     path = tmp_path / "status.json"
     store = StatusStore(path, lock_timeout=0.2, durable=False)
     store.set("c", "k", 1)
-    with lock_held_by_another_process(Path(f"{path}.lock")):
+    with lock_held_by_another_process(Path(f"{path}.lock")) as holder:
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("c", "k", 2)
-        assert str(info.value) == process_message(path, 0.2)
+        assert str(info.value) == process_message(path, 0.2, holder)
     store.set("c", "k", 3)
     assert read(path)["c"] == {"k": 3}
 
@@ -424,10 +480,10 @@ def test_lock_file_deleted_or_replaced_under_us_locks_the_one_there(tmp_path: Pa
     else:
         (tmp_path / "other").write_bytes(b"")
         os.replace(tmp_path / "other", lock_path)
-    with lock_held_by_another_process(lock_path):  # holds the file now at the lock path
+    with lock_held_by_another_process(lock_path) as holder:  # holds the file now at the lock path
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("c", "k", 2)
-        assert str(info.value) == process_message(path, 0.3)
+        assert str(info.value) == process_message(path, 0.3, holder)
     store.set("c", "k", 3)
     assert read(path)["c"] == {"k": 3}
     assert lock_path.is_file()
@@ -435,6 +491,86 @@ def test_lock_file_deleted_or_replaced_under_us_locks_the_one_there(tmp_path: Pa
     with store.transaction():
         store.set("c", "k", 4)
         assert plain_filelock_in_child(lock_path, 0.2) == "timeout"
+
+
+_OTHER_WRITER = """
+import sys
+from trainstatus import StatusStore
+store = StatusStore(sys.argv[1], durable=False)  # finds a temp file, takes the (new) lock at once: a leftover
+store.set("other", "k", 1)
+store.close()
+"""
+
+
+def test_a_write_whose_lock_file_was_deleted_under_it_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock file deleted by hand while a write holds it: another writer locks the new one and
+    writes meanwhile, removing this write's temp file as a killed writer's leftover. The write
+    that fails then says what happened and what to do, not "check the disk and the path"."""
+    path = tmp_path / "status.json"
+    lock_path = Path(f"{path}.lock")
+    store = StatusStore(path, durable=False)
+    store.set("c", "k", 1)
+    real = _atomic.write_all
+
+    def meanwhile(fd: int, data: bytes) -> None:
+        real(fd, data)
+        lock_path.unlink()
+        other = subprocess.run([sys.executable, "-c", _OTHER_WRITER, str(path)], capture_output=True, text=True,
+                               timeout=TIMEOUT)
+        assert other.returncode == 0, other.stderr
+
+    monkeypatch.setattr(_atomic, "write_all", meanwhile)
+    with pytest.raises(TrainingStatusWriteError) as info:
+        store.set("c", "k", 2)
+    monkeypatch.undo()
+    assert str(info.value) == (
+        f"Could not save {path}: No such file or directory. The lock file {lock_path} was deleted or replaced "
+        "while this store held it, so another writer could lock the new one and write at the same time (and "
+        f"remove this write's temp file as a leftover). This change was not written; never delete {lock_path} "
+        "while a store may write (every writer must lock the same file; it holds only a few bytes), then set "
+        "the value again.")
+    assert info.value.errno == errno.ENOENT and info.value.lock_file == str(lock_path)
+    assert read(path)["c"] == {"k": 1} and read(path)["other"] == {"k": 1}
+    store.set("c", "k", 3)  # locks the lock file there now, and keeps the other writer's key
+    assert read(path)["c"] == {"k": 3} and read(path)["other"] == {"k": 1}
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS], ids=errno.errorcode.get)
+def test_a_write_failing_on_its_own_after_its_lock_file_was_deleted_gives_both_advices(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    """The lock file deleted by hand, and the write fails for a reason of its own (a full disk): the
+    message says both what the lost lock means and what to do about that error (it used to drop
+    the "free some space" advice, and the history that takes the space)."""
+    path = tmp_path / "status.json"
+    lock_path = Path(f"{path}.lock")
+    store = StatusStore(path, durable=False)
+    store.set("c", "k", 1)
+    kept = len(path.read_bytes())
+    store.set("c", "k", 2)  # the first version goes to the history, which a full disk names
+
+    def failing(fd: int, data: bytes) -> None:
+        lock_path.unlink()
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(_atomic, "write_all", failing)
+    with pytest.raises(TrainingStatusWriteError) as info:
+        store.set("c", "k", 3)
+    monkeypatch.undo()
+    advice = {
+        errno.ENOSPC: (f"the disk is full; free some space (the history beside the file holds 1 earlier version, "
+                       f".status.json.history-00000001, {kept} bytes together: `trainstatus history {path} --prune "
+                       "--keep 0` removes it, and a store opened with a smaller history= keeps fewer)"),
+        errno.EROFS: "remount the filesystem writable or use another path",
+    }[err]
+    assert str(info.value) == (
+        f"Could not save {path}: {os.strerror(err)}. The lock file {lock_path} was deleted or replaced while this "
+        "store held it, so another writer could lock the new one and write at the same time. This change was not "
+        f"written; never delete {lock_path} while a store may write (every writer must lock the same file; it "
+        f"holds only a few bytes); for the error itself, {advice}, then set the value again.")
+    assert info.value.errno == err and info.value.lock_file == str(lock_path)
+    assert read(path)["c"] == {"k": 2}
+    store.set("c", "k", 4)
+    assert read(path)["c"] == {"k": 4}
 
 
 def open_fds() -> set[int]:
@@ -580,10 +716,10 @@ def test_soft_lock_excludes_a_soft_writer_on_this_machine(tmp_path: Path) -> Non
     """On one machine the flock on <file>.lock is taken too, so the wait ends in its message."""
     path = tmp_path / "status.json"
     store = StatusStore(path, lock="soft", lock_timeout=0.3, durable=False)
-    with soft_holder(path):
+    with soft_holder(path) as holder:
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("mine", "k", 1)
-        assert str(info.value) == process_message(path, 0.3)
+        assert str(info.value) == process_message(path, 0.3, holder.pid)
     store.set("mine", "k", 2)
     doc = read(path)
     assert doc["mine"] == {"k": 2} and "holder" in doc
@@ -701,10 +837,10 @@ def test_soft_lock_between_threads_loses_nothing(tmp_path: Path) -> None:
 def test_soft_lock_waits_for_a_flock_writer_on_this_machine(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
     store = StatusStore(path, lock="soft", lock_timeout=0.3, durable=False)
-    with lock_held_by_another_process(Path(f"{path}.lock")):
+    with lock_held_by_another_process(Path(f"{path}.lock")) as holder:
         with pytest.raises(TrainingStatusLockTimeout) as info:
             store.set("c", "k", 1)
-        assert str(info.value) == process_message(path, 0.3)
+        assert str(info.value) == process_message(path, 0.3, holder)
     store.set("c", "k", 2)
     assert read(path)["c"] == {"k": 2}
 
@@ -840,13 +976,15 @@ def test_a_lease_that_cannot_be_made_is_a_write_error_and_frees_the_flock(
         (b"garbage\n", "another process"),
         (b"filelock/2\npid=42\nmode=lease\n", "process 42"),
         (b"filelock/2\npid=42\nhost=node3\nmode=lease\n", "process 42 on node3"),
+        (b"filelock/3\npid=42\nhost=node3\nmode=lease\n", "another process"),  # not the protocol filelock reads
+        (b"filelock/2\npid=41\nhost=node3\npid=42\n", "process 42 on node3"),  # the last, as filelock reads it
     ],
 )
 def test_soft_timeout_names_the_holder_it_can(tmp_path: Path, content: bytes | None, expected: str) -> None:
     marker = tmp_path / "status.json.softlock"
     if content is not None:
         marker.write_bytes(content)
-    assert _locking._holder(str(marker)) == expected
+    assert _holders.holder_of_lease(str(marker)) == expected
 
 
 def rewrite_behind_stat(path: Path, old: bytes, new: bytes) -> None:

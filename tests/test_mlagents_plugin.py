@@ -219,6 +219,31 @@ def test_a_checkpoint_in_a_folder_mlagents_made_this_run_is_synced_up_to_the_run
     assert synced == [str(run / "Walker" / "Walker-100.onnx"), str(run / "Walker"), str(run)]
 
 
+def test_old_checkpoints_are_removed_but_a_file_a_kept_one_names_under_the_current_directory_stays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the routed add_checkpoint does once the list without the dropped entries is written,
+    # for a behavior that records a checkpoint_root (a list trainstatus recorded elsewhere):
+    # ML-Agents' relative paths, kept and dropped, are all under the folder it runs in.
+    from trainstatus import GlobalTrainingStatus
+
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("Walker-1.onnx", "Walker-2.onnx", "Walker.yaml"):
+        (tmp_path / name).write_bytes(b"model")
+    dropped, kept = ({"steps": n, "file_path": f"Walker-{n}.onnx", "reward": 1.0, "creation_time": 1.0,
+                      "auxillary_file_paths": ["Walker.yaml"]} for n in (1, 2))
+    try:
+        GlobalTrainingStatus.start_fresh(tmp_path / "run_logs" / "training_status.json")
+        GlobalTrainingStatus.set_parameter_state("Walker", "checkpoint_root", str(elsewhere))
+        GlobalTrainingStatus.set_parameter_state("Walker", "checkpoints", [kept])
+        plugin._remove_dropped("Walker", [dropped])
+    finally:
+        GlobalTrainingStatus.reset()
+    assert not (tmp_path / "Walker-1.onnx").exists()
+    assert (tmp_path / "Walker.yaml").exists()  # still listed by step 2
+
+
 @pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("1", True), ("on", True), ("TRUE", True),
                                              ("yes", True), ("0", False), ("off", False), (" Off ", False),
                                              ("false", False), ("no", False)])
@@ -526,3 +551,79 @@ def test_a_checkpoint_recorded_twice_at_one_step_keeps_its_files_while_listed(ml
     assert [c["steps"] for c in listed] == [500, 600, 700]
     assert all(os.path.exists(p) for c in listed for p in [c["file_path"], *c["auxillary_file_paths"]])
     assert not (tmp_path / "Walker-100.onnx").exists() and not (tmp_path / "Walker-100.pt").exists()
+
+
+SHARED_FILE_UNDER_A_RECORDED_FOLDER = r"""
+import os, sys
+from trainstatus import GlobalTrainingStatus
+from trainstatus._mlagents import plugin as _mlagents_plugin
+_mlagents_plugin.trainer_types()
+from mlagents.trainers.policy.checkpoint_manager import ModelCheckpoint, ModelCheckpointManager
+GlobalTrainingStatus.load_state(sys.argv[1])
+for step in (1, 2):  # relative to the folder it runs in, as ML-Agents records them
+    with open(f"Walker-{step}.onnx", "wb") as f:
+        f.write(b"model")
+    ModelCheckpointManager.add_checkpoint("Walker", ModelCheckpoint(step, f"Walker-{step}.onnx", 1.0, float(step),
+                                                                    ["Walker.yaml"]), 1)
+"""
+
+
+def test_the_routed_checkpoint_manager_keeps_a_shared_file_of_a_behavior_that_records_a_folder(
+        mla_python: Path, tmp_path: Path) -> None:
+    from trainstatus import StatusStore
+
+    status = tmp_path / "run_logs" / "training_status.json"
+    with StatusStore(status) as store:
+        store.set("Walker", "checkpoint_root", str(tmp_path / "elsewhere"))
+    (tmp_path / "Walker.yaml").write_bytes(b"behavior: Walker")
+    child = subprocess.run([str(mla_python), "-c", SHARED_FILE_UNDER_A_RECORDED_FOLDER, str(status)],
+                           capture_output=True, text=True, env=env_with(), timeout=120, cwd=tmp_path)
+    assert child.returncode == 0, child.stderr
+    assert [c["steps"] for c in json.loads(status.read_text())["Walker"]["checkpoints"]] == [2]
+    assert not (tmp_path / "Walker-1.onnx").exists()
+    assert (tmp_path / "Walker.yaml").exists()  # step 2 lists it too
+
+
+# -- a folder recorded by trainstatus (checkpoint_root), read by ML-Agents alone --------------------
+
+NATIVE_OVER_A_RECORDED_FOLDER = r"""
+import json, sys
+from mlagents.trainers.training_status import GlobalTrainingStatus
+from mlagents.trainers.policy.checkpoint_manager import ModelCheckpoint, ModelCheckpointManager
+status, new = sys.argv[1], sys.argv[2]
+GlobalTrainingStatus.load_state(status)  # ML-Agents' own: json.load, its own keys looked up
+print(json.dumps([c["file_path"] for c in ModelCheckpointManager.get_checkpoints("Walker")]))
+with open(new, "wb") as f:
+    f.write(b"model")
+ModelCheckpointManager.add_checkpoint("Walker", ModelCheckpoint(3, new, 1.0, 3.0, []), 5)
+GlobalTrainingStatus.save_state(status)
+"""
+
+
+def test_mlagents_alone_reads_and_keeps_a_recorded_checkpoint_root(mla_python: Path, tmp_path: Path) -> None:
+    from trainstatus import CheckpointList, StatusStore
+
+    # A list recorded by trainstatus with the folder mlagents-learn runs in as its root (recorded
+    # absolute: it is above the status file's folder), then run on by ML-Agents without the plugin.
+    status = tmp_path / "results" / "run1" / "run_logs" / "training_status.json"
+    models = tmp_path / "results" / "run1" / "Walker"
+    models.mkdir(parents=True)
+    with StatusStore(status) as store:
+        checkpoints = CheckpointList(store, "Walker", root=tmp_path)
+        for step in (1, 2):
+            (models / f"Walker-{step}.onnx").write_bytes(b"model")
+            checkpoints.add(step, f"results/run1/Walker/Walker-{step}.onnx")
+    child = subprocess.run([str(mla_python), "-c", NATIVE_OVER_A_RECORDED_FOLDER, str(status),
+                            "results/run1/Walker/Walker-3.onnx"],
+                           capture_output=True, text=True, env=env_with(), timeout=120, cwd=tmp_path)
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == ["results/run1/Walker/Walker-1.onnx", "results/run1/Walker/Walker-2.onnx"]
+    written = json.loads(status.read_text())["Walker"]
+    assert written["checkpoint_root"] == str(tmp_path)  # ML-Agents kept the key through its rewrite
+    assert [c["steps"] for c in written["checkpoints"]] == [1, 2, 3]
+    # ML-Agents' own entry, relative to where it ran, resolves through the recorded folder from anywhere.
+    with StatusStore(status) as store:
+        assert CheckpointList(store, "Walker").latest()["file_path"] == "results/run1/Walker/Walker-3.onnx"  # type: ignore[index]
+    checked = subprocess.run([sys.executable, "-m", "trainstatus", "check", "--files", str(status)],
+                             capture_output=True, text=True, timeout=60, cwd=status.parent)
+    assert checked.returncode == 0, checked.stdout

@@ -33,6 +33,7 @@ EXPECTED_ALL = [
     "TrainingStatusMissingWarning",
     "TrainingStatusReadError",
     "TrainingStatusTypeError",
+    "TrainingStatusUnfinishedWrite",
     "TrainingStatusValueError",
     "TrainingStatusVersionError",
     "TrainingStatusVersionWarning",

@@ -73,6 +73,26 @@ def test_importing_the_store_class_loads_no_heavy_module() -> None:
     assert modules.get("filelock") in (None, "_LazyModule")  # the first lock loads it
 
 
+# Read only to word an error: who holds the lock (a timeout), chattr's marks (a refused write), the
+# messages of a failed write. Writes that succeed pay nothing for them.
+ONLY_FOR_ERRORS = ("trainstatus._lock.holders", "trainstatus._lock.attributes", "trainstatus._storage.messages")
+
+
+def test_writes_load_nothing_that_only_words_an_error(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from trainstatus import StatusStore\n"
+        "store = StatusStore(sys.argv[1])\n"
+        "store.set('c', 'k', 1)\n"
+        "with store.transaction():\n"
+        "    store.set('c', 'k', 2)\n"
+        "store.close()\n"
+    )
+    modules = loaded_after(code, str(tmp_path / "status.json"))
+    assert "trainstatus._lock.path_lock" in modules  # the lock was taken
+    assert imported(modules, ONLY_FOR_ERRORS) == []
+
+
 def test_show_loads_no_heavy_module(tmp_path: Path) -> None:
     status = tmp_path / "status.json"
     with StatusStore(status) as store:

@@ -33,6 +33,7 @@ __all__ = [
     "TrainingStatusMissingWarning",
     "TrainingStatusReadError",
     "TrainingStatusTypeError",
+    "TrainingStatusUnfinishedWrite",
     "TrainingStatusValueError",
     "TrainingStatusVersionError",
     "TrainingStatusVersionWarning",
@@ -130,6 +131,18 @@ class TrainingStatusLockTimeout(TrainingStatusError, TimeoutError):
         self._set_context(context)
 
 
+class TrainingStatusUnfinishedWrite(TrainingStatusLockTimeout):
+    """A ``set`` handed its change to another process's write, which has not finished in time.
+
+    A process that holds the lock takes the changes of processes waiting for it into its own
+    write. When this call's ``lock_timeout`` ran out, that write was under way and had not
+    finished 10 s later (its process stopped, its disk hung): the change may or may not be in the
+    file. A ``TrainingStatusLockTimeout`` (so a ``TimeoutError``) for code that catches timeouts
+    and retries; unlike the others, it does not promise that nothing was written. ``lock_file``
+    is the lock that process holds.
+    """
+
+
 class TrainingStatusConflictError(TrainingStatusError, TimeoutError):
     """Other writers kept changing a status object (``s3://``) that has no lock.
 
@@ -195,6 +208,8 @@ class TrainingStatusDependencyError(TrainingStatusError, ImportError):
 class TrainingStatusCheckpointError(TrainingStatusError, OSError):
     """A checkpoint file given to ``CheckpointList.add`` or ``set_final`` is missing, is not a
     regular file, or could not be synced to disk. Nothing was recorded and no file was removed.
+    Also raised by ``trainer.train(resume_from_checkpoint=True)`` in a Trainer holding
+    ``TrainStatusCallback`` when no checkpoint of ``output_dir`` is whole, before anything is loaded.
 
     ``file_path`` is the file as given; ``errno`` is the underlying error's (``ENOENT`` for a
     missing file), which is the ``__cause__`` when there is one.
@@ -260,14 +275,22 @@ class TrainingStatusCheckpointWarning(TrainingStatusWarning):
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_INTEGRATIONS_DIR = os.path.join(_PACKAGE_DIR, "integrations")
+
+# The training libraries whose machinery runs an integration (trainstatus.integrations): a warning
+# it issues from inside ``trainer.train()``, ``trainer.fit()`` or ``model.learn()`` points past
+# their frames, at that call in the user's code.
+_LIBRARIES = frozenset({"accelerate", "lightning", "lightning_fabric", "pytorch_lightning", "stable_baselines3",
+                        "torch", "transformers"})
 
 
 def _ours(filename: str) -> bool:
     path = os.path.abspath(filename)
     directory = os.path.dirname(path)
-    # The package's modules and those of its private subpackages (_cli/, _storage/, ...).
-    if directory == _PACKAGE_DIR or (os.path.dirname(directory) == _PACKAGE_DIR
-                                     and os.path.basename(directory).startswith("_")):
+    # The package's modules and those of its private subpackages (_cli/, _storage/, ...) and the
+    # integrations.
+    if directory in (_PACKAGE_DIR, _INTEGRATIONS_DIR) or (os.path.dirname(directory) == _PACKAGE_DIR
+                                                          and os.path.basename(directory).startswith("_")):
         return True
     # contextlib's frames sit between a ``with store.transaction():`` block and our code (a
     # warning is issued from a store, which imported contextlib long before).
@@ -275,11 +298,30 @@ def _ours(filename: str) -> bool:
     return source is not None and path == os.path.abspath(source)
 
 
+def _library(frame: Any) -> bool:
+    name = frame.f_globals.get("__name__")
+    return isinstance(name, str) and name.partition(".")[0] in _LIBRARIES
+
+
 def warn(warning: TrainingStatusWarning) -> None:
-    """Issue ``warning`` at the first caller outside this package, so it points at user code."""
+    """Issue ``warning`` at the first caller outside this package, so it points at user code.
+
+    Issued through an integration, past the training library's frames too (``_LIBRARIES``): at
+    the user's ``trainer.train()`` rather than inside Transformers, unless only library frames are
+    left (a thread the library started), where it stays at the first frame outside this package.
+    """
     level = 2  # warnings.warn's stacklevel 2 is our caller, the frame we start from
     frame = sys._getframe(1)
+    integration = False
     while frame is not None and _ours(frame.f_code.co_filename):
+        integration = integration or os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _INTEGRATIONS_DIR
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
+    if integration:
+        outer, past = frame, level
+        while outer is not None and (_library(outer) or _ours(outer.f_code.co_filename)):
+            outer = outer.f_back  # type: ignore[assignment]
+            past += 1
+        if outer is not None:
+            level = past
     warnings.warn(warning, stacklevel=level)

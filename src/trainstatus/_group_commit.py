@@ -9,9 +9,11 @@ still queued when its ``lock_timeout`` runs out takes it back and raises; once t
 written (the leader holds every lock by then) and its thread waits for the outcome.
 
 The same across processes (``_lock.mailbox``): a leader that must wait for another process's lock hands
-its batch to that process, which writes it with its own and says when it is durable; the batch
-is taken from the moment it is handed over. A leader holding the lock after a wait writes, with its
-batch, what the processes waiting behind it handed over, and tells them once the write is durable.
+its batch to that process, which writes it with its own and says when it is durable, with an
+acknowledgement bound to the batch (a word that does not check is not taken: the leader writes
+its batch itself, as when that process dies); the batch is taken from the moment it is handed
+over. A leader holding the lock after a wait writes, with its batch, what the processes waiting
+behind it handed over, and tells them once the write is durable.
 """
 
 from __future__ import annotations
@@ -206,9 +208,16 @@ class _GroupCommit(_Committing):
         return repr((own, self._storage.kept_versions, self._allow_downgrade)).encode()
 
     def _handed_over(self, batch: _Batch) -> None:
-        """Another process wrote ``batch``: memory becomes the file, as after a write of this
-        store's own, other writers' changes included (guard held; read without the lock, as
-        ``reload`` does: the file is only ever replaced whole)."""
+        """Another process wrote ``batch`` (its box is DONE with that process's acknowledgement,
+        ``_lock.mailbox``): memory becomes the file, as after a write of this store's own, other
+        writers' changes included (guard held; read without the lock, as ``reload`` does: the
+        file is only ever replaced whole).
+
+        The file read is not compared with the batch: a value there other than this batch's is
+        no sign that the holder left it out. Another writer may have set the key since the
+        holder's write, or a later waiter's change to the same key rode in that same write;
+        writing the batch again would put an older value back over a newer one.
+        """
         try:
             batch.written = True
             try:

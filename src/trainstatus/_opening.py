@@ -16,6 +16,7 @@ import contextlib
 from ._storage import history as _history
 from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._checkpoints.files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
+from ._checkpoints.roots import ROOT
 from ._codec.values import decode
 from ._errors import (
     TrainingStatusCorruptError,
@@ -30,7 +31,7 @@ from ._load import Corrupt, Document, check_metadata, load_document
 
 logger = logging.getLogger("trainstatus")
 
-_CHECKPOINT_KEYS = frozenset({CHECKPOINTS, FINAL_CHECKPOINT})
+_CHECKPOINT_KEYS = frozenset({CHECKPOINTS, FINAL_CHECKPOINT, ROOT})  # and the folder their paths are under
 
 
 class _NotRestored(Exception):
@@ -194,7 +195,7 @@ class _Opening(_Guarded):
         """
         listed = {category: {key: decode(entry) for key, entry in keys.items() if key in _CHECKPOINT_KEYS}
                   for category, keys in self._doc.items()}
-        return describe_missing(listed)
+        return describe_missing(listed, self._location)
 
     def _from_history(self) -> tuple[_history.Version, Document, bytes] | None:
         """The newest kept version that loads as a status document, with its document and bytes."""

@@ -39,7 +39,8 @@ from typing import Any
 from .entries import new_entry
 from .files import CHECKPOINTS, FINAL_CHECKPOINT, _faults, _fspath, _join
 from .folders import remove_unlisted, sync_entry
-from .usable import _steps, unusable, warn_skipped
+from .roots import ROOT, rebase, recorded_folder
+from .usable import _steps, newest_usable, unusable, warn_skipped
 from .._errors import (
     TrainingStatusCheckpointWarning,
     TrainingStatusError,
@@ -69,8 +70,13 @@ class CheckpointList:
 
     - ``keep``: how many checkpoints the list holds (ML-Agents' ``keep_checkpoints``, default 5);
       ``None`` keeps every one (what ML-Agents does with ``keep_checkpoints: 0``).
-    - ``root``: the directory relative file paths are resolved against; paths are stored as given.
-      Default: the current directory at each call, as ML-Agents does.
+    - ``root``: the directory relative file paths are resolved against; paths are stored as given,
+      and the directory in the category's ``checkpoint_root`` with each entry ``add`` and
+      ``set_final`` record (relative to the status file's folder when it is inside it), so that
+      every reader (``trainstatus check --files``, another ``CheckpointList``) finds the files
+      from any current directory; the entries recorded under another folder (the current one
+      when none was recorded) are moved onto it in that write, naming the same files. Default:
+      the directory the category records, else the current directory at each call, as ML-Agents does.
 
     Entries are read from the store's memory, as ``StatusStore.get`` does; ``store.reload()``
     picks up what other processes wrote (``add`` and ``prune_missing`` do it themselves).
@@ -136,14 +142,16 @@ class CheckpointList:
 
     @property
     def root(self) -> str | None:
-        """The absolute directory relative paths are resolved against; None: the current one."""
+        """The absolute directory given as ``root=``; None: the one the category records, else
+        the current one (``resolve(".")`` is the one in use)."""
         return self._root
 
     def __repr__(self) -> str:
         return f"CheckpointList({self._store!r}, {self._category!r}, keep={self._keep!r}, root={self._root!r})"
 
     def resolve(self, file_path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
-        """The absolute path of ``file_path`` as this list finds it (relative to ``root``)."""
+        """The absolute path of ``file_path`` as this list finds it: a relative one under ``root=``,
+        else the folder the category records, else the current directory."""
         try:
             given = _fspath(file_path)
         except TypeError:
@@ -152,7 +160,7 @@ class CheckpointList:
                 f"{type(file_path).__name__!r} ({file_path!r}), for {self._category} in {self._store.path}.",
                 path=self._store.path, category=self._category,
             ) from None
-        return _join(self._root, given)
+        return _join(self._folder(), given)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -174,24 +182,10 @@ class CheckpointList:
         (a loader that raises on a half-written file is a good check). None when no checkpoint is
         usable (warned about too if any were listed).
         """
-        entries = self.entries()
-
-        def newness(index: int) -> tuple[bool, int, int]:
-            # Entries without int steps have no place in time: after every valid one.
-            steps = entries[index].get("steps") if isinstance(entries[index], Mapping) else None
-            return (True, steps, index) if type(steps) is int else (False, 0, index)
-
-        skipped: list[tuple[Any, str]] = []
-        for index in sorted(range(len(entries)), key=newness, reverse=True):
-            problem = unusable(entries[index], check, self._root)
-            if problem is None:
-                if skipped:
-                    self._report(CHECKPOINTS, skipped, entries[index])
-                return entries[index]
-            skipped.append((entries[index], problem))
+        chosen, skipped = newest_usable(self.entries(), check, self._folder())
         if skipped:
-            self._report(CHECKPOINTS, skipped, None)
-        return None
+            self._report(CHECKPOINTS, skipped, chosen)
+        return chosen  # type: ignore[no-any-return]
 
     def final(self, check: Check | None = None) -> dict[str, Any] | None:
         """The final checkpoint if it is recorded, its files all exist and it passes ``check``.
@@ -202,7 +196,7 @@ class CheckpointList:
         entry = self._store.get(self._category, FINAL_CHECKPOINT)
         if entry is None:
             return None
-        problem = unusable(entry, check, self._root)
+        problem = unusable(entry, check, self._folder())
         if problem is None:
             return dict(entry)
         self._report(FINAL_CHECKPOINT, [(entry, problem)], None)
@@ -273,8 +267,16 @@ class CheckpointList:
                                      creation_time, synced)
         if not synced:
             self._sync(FINAL_CHECKPOINT, entry, paths)
+
+        def body(store: StatusStore) -> None:  # with the folder its paths are under, in one write
+            self._record_root(store, store.to_dict())
+            store.set(self._category, FINAL_CHECKPOINT, entry)
+
         with retold("set the final checkpoint again"):
-            self._store.set(self._category, FINAL_CHECKPOINT, entry)
+            if self._root is None:
+                self._store.set(self._category, FINAL_CHECKPOINT, entry)
+            else:
+                self._store.run_transaction(body)
         return dict(entry)
 
     def prune_missing(self) -> list[dict[str, Any]]:
@@ -287,7 +289,8 @@ class CheckpointList:
 
         def body(store: StatusStore) -> list[dict[str, Any]]:
             current = self._list(store.get(self._category, CHECKPOINTS))
-            gone = [i for i, entry in enumerate(current) if self._gone(entry)]
+            folder = self._folder()
+            gone = [i for i, entry in enumerate(current) if self._gone(entry, folder)]
             if gone:
                 store.set(self._category, CHECKPOINTS, [e for i, e in enumerate(current) if i not in gone])
             return [current[i] for i in gone]
@@ -296,6 +299,22 @@ class CheckpointList:
             return self._store.run_transaction(body)
 
     # -- the steps ---------------------------------------------------------------------------
+
+    def _folder(self) -> str | None:
+        """The directory relative paths are under: ``root=``, else the category's recorded one,
+        else None (the current one)."""
+        if self._root is not None:
+            return self._root
+        return recorded_folder(self._category, self._store.get(self._category, ROOT), self._store.path)
+
+    def _record_root(self, store: StatusStore, document: dict[str, Any]) -> None:
+        """Record ``root=`` in the category (within the caller's transaction, ``document`` its
+        reading, updated), unless it is there, with the entries moved onto it (``roots.rebase``)."""
+        if self._root is not None:
+            keys = document.setdefault(self._category, {})
+            for key, value in rebase(self._category, keys, self._root, self._store.path).items():
+                store.set(self._category, key, value)
+                keys[key] = value
 
     def _where(self, key: str) -> str:
         return f"{self._category}/{key} in {self._store.path}"
@@ -319,7 +338,7 @@ class CheckpointList:
                  creation_time: Any, synced: Any) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         """The entry to record and what ``_sync`` syncs (``entries.new_entry``); raises on anything wrong."""
         return new_entry(steps, file_path, reward, auxillary, creation_time, synced,
-                         root=self._root, where=self._where(key), context=self._context(key))
+                         root=self._folder(), where=self._where(key), context=self._context(key))
 
     def _sync(self, key: str, entry: dict[str, Any], synced: list[tuple[str, str]]) -> None:
         """fsync the entry's files and folders, and the folders above (``folders.sync_entry``)."""
@@ -327,8 +346,9 @@ class CheckpointList:
 
     def _record(self, store: StatusStore, entry: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The transaction's body: append, trim, set. Returns the dropped entries and the document
-        as written (what is still listed). Pure reads and one set, so it can run again."""
+        as written (what is still listed). Pure reads and sets, so it can run again."""
         document = store.to_dict()
+        self._record_root(store, document)  # first: the entries below are then under root=
         current = self._list(document.get(self._category, {}).get(CHECKPOINTS))
         # The same checkpoint recorded again (ML-Agents saves the step it resumed from a second
         # time) replaces its entry where it stands: a second entry would count twice towards
@@ -357,7 +377,7 @@ class CheckpointList:
 
     def _remove(self, dropped: list[Any], document: Mapping[str, Any]) -> None:
         """Remove the files of ``dropped`` entries that no entry of ``document`` lists any more."""
-        failed = remove_unlisted(dropped, document, self._root, self._store.path)
+        failed = remove_unlisted(dropped, document, self._folder(), self._store.path, self._category)
         if failed:
             details = "; ".join(f"steps {_steps(entry)}: {reason}" for entry, reason in failed)
             warn(TrainingStatusCheckpointWarning(
@@ -366,9 +386,9 @@ class CheckpointList:
                 skipped=failed, **self._context(CHECKPOINTS),
             ))
 
-    def _gone(self, entry: Any) -> bool:
+    def _gone(self, entry: Any, folder: str | None) -> bool:
         """Is a file of ``entry`` missing, not a file, or of another size than recorded?"""
-        return next(_faults(entry, self._root), None) is not None
+        return next(_faults(entry, folder), None) is not None
 
     def _report(self, key: str, skipped: list[tuple[Any, str]], chosen: Mapping[str, Any] | None) -> None:
         warn_skipped(key, skipped, chosen, self._where(key), self._context(key))

@@ -2,7 +2,8 @@
 
 Below both the store and ``CheckpointList``: the store names the missing files when it puts a
 version from its history back (that version may list checkpoints removed since), and
-``CheckpointList`` and ``trainstatus check --files`` use the same reading of an entry.
+``CheckpointList`` and ``trainstatus check --files`` use the same reading of an entry, each
+relative path under the folder its category records (``roots``), found the same way by all.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tak
 if TYPE_CHECKING:
     from typing import Any
 
+from .roots import BadRoot, Base, base
 from .._load import METADATA
 
-__all__ = ["CHECKPOINTS", "FILES", "FINAL_CHECKPOINT", "changed_files", "describe_missing", "missing_files"]
+__all__ = ["CHECKPOINTS", "FILES", "FINAL_CHECKPOINT", "all_faulty", "all_missing", "bases", "changed_files",
+           "describe_missing", "missing_files"]
 
 CHECKPOINTS = "checkpoints"
 FINAL_CHECKPOINT = "final_checkpoint"
@@ -118,39 +121,108 @@ def _join(base: str | None, path: str) -> str:
     return os.path.abspath(os.path.join(os.getcwd() if base is None else base, path))
 
 
-def missing_files(categories: Mapping[str, Mapping[str, Any]],
-                  root: str | os.PathLike[str] | None = None) -> list[tuple[str, str, str]]:
+def bases(categories: Mapping[str, Any], status_path: str | None,
+          root: str | os.PathLike[str] | None = None) -> dict[str, Base | BadRoot]:
+    """The folder each category's relative paths are under (``roots.base``), or the ``BadRoot``
+    that says why its recorded one cannot be used; for every category that is an object.
+
+    ``status_path``: the absolute path of the status file the document was read from (a URL or
+    None: there is none, and only absolute recorded folders can be used). ``root``: the folder for
+    the categories that record none (default: the current directory, as ML-Agents resolves them).
+    """
+    given = None if root is None else os.path.abspath(_fspath(root))
+    found: dict[str, Base | BadRoot] = {}
+    for category, keys in categories.items():
+        if category == METADATA or not isinstance(keys, Mapping):
+            continue
+        try:
+            found[category] = base(category, keys, status_path, given)
+        except BadRoot as exc:
+            found[category] = exc
+    return found
+
+
+def _folders(categories: Mapping[str, Any], root: str | os.PathLike[str] | None,
+             status_path: str | None) -> dict[str, str | None]:
+    """The folder of each category, for ``missing_files`` and ``changed_files``: raises ``BadRoot``."""
+    if status_path is None:  # the recorded folders are not read: every relative path is under root
+        given = None if root is None else os.path.abspath(_fspath(root))
+        return {category: given for category in categories}
+    folders: dict[str, str | None] = {}
+    for category, found in bases(categories, status_path, root).items():
+        if isinstance(found, BadRoot):
+            raise found
+        folders[category] = found.folder
+    return folders
+
+
+def missing_files(categories: Mapping[str, Mapping[str, Any]], root: str | os.PathLike[str] | None = None, *,
+                  status_path: str | None = None) -> list[tuple[str, str, str]]:
     """Every file listed by a checkpoint entry that does not exist: ``(category, key, path)``.
 
     ``categories`` is a status document (``StatusStore.to_dict()`` or the parsed file); the
     ``checkpoints`` list and the ``final_checkpoint`` of each category are looked at, main files
-    (or folders), auxiliary files and the files recorded in a checkpoint folder alike. ``path`` is the path as listed; relative ones are looked up against
-    ``root`` (default: the current directory, where ML-Agents resolves them). Values that are not
-    checkpoint entries are left out.
+    (or folders), auxiliary files and the files recorded in a checkpoint folder alike. ``path`` is
+    the path as listed. Relative ones are looked up under the folder the category records
+    (``checkpoint_root``, read when ``status_path``, the file the document was read from, is
+    given: ``BadRoot`` if it cannot be used), else under ``root`` (default: the current directory,
+    where ML-Agents resolves them). Values that are not checkpoint entries are left out.
     """
-    base = None if root is None else os.path.abspath(_fspath(root))
+    folders = _folders(categories, root, status_path)
     return [(category, key, path)
             for category, key, paths in _listed(categories)
-            for path in paths if not os.path.exists(_join(base, path))]
+            for path in paths if not os.path.exists(_join(folders[category], path))]
 
 
-def changed_files(categories: Mapping[str, Mapping[str, Any]],
-                  root: str | os.PathLike[str] | None = None) -> list[tuple[str, str, str, str]]:
+def changed_files(categories: Mapping[str, Mapping[str, Any]], root: str | os.PathLike[str] | None = None, *,
+                  status_path: str | None = None) -> list[tuple[str, str, str, str]]:
     """Every listed path that exists but is not what the entry recorded: ``(category, key, path,
     why)``, why being "models/a.pt has 1,234 bytes, 5,678 recorded" or "models/a.pt is not a
-    file". Missing files are ``missing_files``'s."""
-    base = None if root is None else os.path.abspath(_fspath(root))
+    file". Missing files are ``missing_files``'s; folders are found as it finds them."""
+    folders = _folders(categories, root, status_path)
     return [(category, key, path, why)
             for category, key, entry in _entries(categories)
-            for path, missing, why in _faults(entry, base) if not missing]
+            for path, missing, why in _faults(entry, folders[category]) if not missing]
 
 
-def describe_missing(categories: Mapping[str, Mapping[str, Any]], shown: int = 10) -> str:
-    """A sentence naming the listed checkpoint files that are missing now (relative paths against
-    the current directory, as ML-Agents resolves them), or "" when none is."""
+def all_missing(entries: Any, folder: str | None) -> list[str]:
+    """The paths ``entries`` (a ``checkpoints`` list) name when not one of them exists under
+    ``folder``, the sign of a list read against the wrong folder; [] when one does, or none is named."""
+    listed = [path for entry in (entries if isinstance(entries, list) else [])
+              for path, _ in _entry_files(entry) or []]
+    if any(os.path.exists(_join(folder, path)) for path in listed):
+        return []
+    return listed
+
+
+def all_faulty(entries: Any, folder: str | None) -> list[tuple[Any, str]]:
+    """``(entry, why)`` for each checkpoint of ``entries`` (a ``checkpoints`` list), ``why`` its
+    first fault under ``folder`` (``"checkpoint-1 is missing"``, ``"a.pt has 5 bytes, 3
+    recorded"``), when every one has a fault: pruning would drop them all, the sign of a list read
+    against the wrong folder (where another run's files of the same names may lie); [] when one is
+    whole, or the list names none. Items not in ML-Agents' layout are not checkpoints (kept)."""
+    faulty: list[tuple[Any, str]] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if _entry_paths(entry) is None:
+            continue
+        fault = next(_faults(entry, folder), None)
+        if fault is None:
+            return []
+        faulty.append((entry, fault[2]))
+    return faulty
+
+
+def describe_missing(categories: Mapping[str, Mapping[str, Any]], status_path: str | None = None,
+                     shown: int = 10) -> str:
+    """A sentence naming the listed checkpoint files that are missing now, and the folder each
+    category's relative paths were looked up under (``bases``), or "" when none is missing."""
     try:
-        missing = missing_files(categories)
-        cwd = os.getcwd()
+        found = bases(categories, status_path)
+        usable = {category: keys for category, keys in categories.items()
+                  if isinstance(found.get(category), Base)}
+        missing = missing_files(usable, status_path=status_path)
+        folders = {category: found[category] for category, _, _ in missing}
+        where = "; ".join(f"under {b.shown()}, {b.why()}" for b in folders.values() if isinstance(b, Base))
     except OSError:  # the current directory was removed: a warning's extra sentence is not worth failing for
         return ""
     if not missing:
@@ -158,5 +230,5 @@ def describe_missing(categories: Mapping[str, Mapping[str, Any]], shown: int = 1
     listed = "; ".join(f"{category}/{key} {path}" for category, key, path in missing[:shown])
     more = f" (and {len(missing) - shown} more)" if len(missing) > shown else ""
     return (f" That version lists {len(missing)} checkpoint file(s) that are missing now: {listed}{more} "
-            f"(relative paths looked up in {cwd}). Do not resume from them: "
+            f"(relative paths looked up {where}). Do not resume from them: "
             "CheckpointList.latest() skips them, prune_missing() drops their entries.")

@@ -9,7 +9,8 @@ removes the files of dropped entries that no entry lists any more. Its own modul
 these steps, and the plugin needs nothing else of the list. Every fsync of a checkpoint goes
 through ``_fsync`` here, so one patch of it sees them all.
 
-Imports ``files`` (the reading of an entry), ``_errors`` and ``_log`` only: never the store.
+Imports ``files`` and ``roots`` (the reading of an entry and its folder), ``_errors`` and ``_log``
+only: never the store.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 
-from .files import _entry_files, _entry_paths, _is_folder, _join, _listed
+from .files import _entry_files, _entry_paths, _is_folder, _join, _listed, bases
+from .roots import Base
 from .._errors import TrainingStatusCheckpointError
 from .. import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 
@@ -34,20 +36,28 @@ logger = logging.getLogger("trainstatus")
 
 
 def remove_unlisted(dropped: Iterable[Any], document: Mapping[str, Any], root: str | None,
-                    location: str) -> list[tuple[Any, str]]:
+                    location: str, category: str | None = None) -> list[tuple[Any, str]]:
     """Remove the files of the ``dropped`` entries that no entry of ``document`` lists; return
     ``(entry, reason)`` for each file that could not be removed (one already gone is fine).
 
-    Used by ``CheckpointList.add`` and by the ML-Agents plugin's checkpoint manager.
+    ``root``: the folder the dropped entries' relative paths are under (None: the current
+    directory), which is also that of ``category``'s entries (the list they were dropped from);
+    those of the other categories are under the folder each records (``roots``), else ``root``.
+    ``location``: the status file. Used by ``CheckpointList.add`` and by the ML-Agents plugin's
+    checkpoint manager.
     """
     # A file still listed may be spelled differently (``./a``, a symlinked folder) or be the
     # same file under another name: compare by path and by inode. Both are stats, where
     # os.path.realpath would cost one lstat per path component of every listed file.
+    under = {name: found.folder if isinstance(found, Base) else root
+             for name, found in bases(document, location, root).items()}
+    if category is not None:
+        under[category] = root
     listed_paths: set[str] = set()
     listed_files: set[tuple[int, int]] = set()
-    for _, _, paths in _listed(document):
+    for listed_in, _, paths in _listed(document):
         for given in paths:
-            path = _join(root, given)
+            path = _join(under.get(listed_in, root), given)
             listed_paths.add(path)
             with contextlib.suppress(OSError):
                 kept = os.stat(path)

@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tak
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["unusable", "warn_skipped"]
+__all__ = ["newest_usable", "unusable", "warn_skipped"]
 
 
 def unusable(entry: Any, check: Callable[[dict[str, Any]], object] | None, root: str | None) -> str | None:
@@ -38,6 +38,28 @@ def unusable(entry: Any, check: Callable[[dict[str, Any]], object] | None, root:
         if not result:
             return f"the check returned {result!r}"
     return None
+
+
+def newest_usable(entries: list[Any], check: Callable[[dict[str, Any]], object] | None,
+                  root: str | None) -> tuple[Any, list[tuple[Any, str]]]:
+    """The newest usable entry of ``entries`` (None if none is) and the newer ones passed over,
+    each with why, newest first: ``latest()``'s choice, which the integrations word their own way.
+
+    Newest means the highest ``steps``, then the later in the list; entries without int steps
+    have no place in time and come after every valid one.
+    """
+
+    def newness(index: int) -> tuple[bool, int, int]:
+        steps = entries[index].get("steps") if isinstance(entries[index], Mapping) else None
+        return (True, steps, index) if type(steps) is int else (False, 0, index)
+
+    skipped: list[tuple[Any, str]] = []
+    for index in sorted(range(len(entries)), key=newness, reverse=True):
+        problem = unusable(entries[index], check, root)
+        if problem is None:
+            return entries[index], skipped
+        skipped.append((entries[index], problem))
+    return None, skipped
 
 
 def warn_skipped(key: str, skipped: list[tuple[Any, str]], chosen: Mapping[str, Any] | None, where: str,

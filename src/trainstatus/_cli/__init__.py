@@ -13,7 +13,9 @@ package is imported). ``show PATH`` is answered without argparse; every other co
 - ``values``: the VALUE typed for ``set``.
 - ``write``: ``set`` and ``delete``; ``check``; ``corrupt`` (copies kept aside); ``history``
   (``history``, ``diff``, ``restore``); ``checkpoints`` (``prune-missing``).
-- ``lock``: who holds a store's lock, for ``check`` and a timeout's message.
+- ``entries``: how two lists of entries (checkpoint lists) differ, for ``diff``.
+- ``lock``: what ``check`` and a timeout's message say about who holds a store's lock (found by
+  ``_lock.holders``, as the library's own messages find it).
 
 Output is for people (JSON for values, ``--json`` where a script wants it); exit statuses are in
 ``base``. May import anything of the package; nothing in the package imports this one.

@@ -18,7 +18,7 @@ import sys
 import warnings
 
 from .names import PROG
-from .._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusWarning
+from .._errors import TrainingStatusError, TrainingStatusLockTimeout, TrainingStatusUnfinishedWrite, TrainingStatusWarning
 from .._load import DOWNGRADE_ADVICE, Duplicate
 from .._remote.location import file_url_advice, object_store, url_scheme
 
@@ -302,7 +302,10 @@ def run(args: argparse.Namespace) -> int:
             _error(exc.message)
             return exc.code
         except TrainingStatusLockTimeout as exc:
-            if getattr(args, "lock", "flock") == "soft":
+            if isinstance(exc, TrainingStatusUnfinishedWrite):
+                # Not "could not lock": its change was handed over, and may be in the file.
+                _error(_cli_words(str(exc)))
+            elif getattr(args, "lock", "flock") == "soft":
                 # A soft lock's own message names the lease file and its holder (pid and host).
                 _error(_cli_words(str(exc).replace("open the store with a longer lock_timeout=", "pass a longer --lock-timeout")))
             else:

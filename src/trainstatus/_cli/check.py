@@ -39,11 +39,12 @@ from .._codec.values import decode
 from .._load import STATUS_FORMAT_VERSION, Corrupt, Document, check_metadata, load_document
 from .lock import _lock_state, _soft_lease_state
 from .names import PROG
-from .target import _copies, _root, _shown_directory, _target
+from .target import _bad_root, _copies, _faults_shown, _root, _shown_directory, _target, _where_to_look
 from .._lazy import lazy_module
 
 if TYPE_CHECKING:
     from .._checkpoints import files as _checkpoints
+    from .._checkpoints.roots import Base
 else:  # only check --files needs it: check reads alone
     _checkpoints = lazy_module("trainstatus._checkpoints.files")
 
@@ -88,13 +89,48 @@ def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
 
 def _check_files(report: _Report, document: Document, path: str, root: str | None) -> None:
     """``check --files``: every file a checkpoint entry lists must exist and, where the entry
-    recorded sizes, have its recorded size (a warning each if not)."""
+    recorded sizes, have its recorded size (a warning each if not), relative paths under the folder
+    each category records, else ``--root``, else the current directory (one line says which)."""
     categories = {c: {k: decode(e) for k, e in entries.items()} for c, entries in document.categories.items()}
-    listed = sum(len(paths) for _, _, paths in _checkpoints._listed(categories))
-    where = f"under {root}" if root is not None else "under the current directory"
-    missing = _checkpoints.missing_files(categories, root)
-    changed = _checkpoints.changed_files(categories, root)
+    status_path = path if is_url(path) else os.path.abspath(path)
+    counts: dict[str, int] = {}
+    for category, _, paths in _checkpoints._listed(categories):
+        counts[category] = counts.get(category, 0) + len(paths)
     rooted = [] if root is None else ["--root", root]
+    found = _checkpoints.bases(categories, status_path, root)
+    bases: dict[str, Base] = {}
+    emptied: set[str] = set()
+    unchecked = False
+    for category, base in found.items():
+        if not counts.get(category):
+            continue
+        if isinstance(base, ValueError):  # roots.BadRoot
+            unchecked = True
+            report("warning", f"the {_plural(counts[category], 'checkpoint file')} {_label(category)} lists were not "
+                              f"checked: {_bad_root(path, category, base)}")
+            continue
+        bases[category] = base
+        report("info", f"{_label(category)}: relative checkpoint paths are looked up under {base.shown()}, "
+                       f"{base.why('given by --root')}")
+        listed = categories[category].get(_checkpoints.CHECKPOINTS)
+        faulty = _checkpoints.all_faulty(listed, base.folder)  # prune-missing would drop them all: it refuses
+        if faulty:
+            emptied.add(category)
+            gone = _checkpoints.all_missing(listed, base.folder)
+            shown = ", ".join(gone[:3]) + (f" (and {len(gone) - 3} more)" if len(gone) > 3 else "")
+            command = shlex.join([PROG, "prune-missing", "--force", *rooted, path])
+            what = (f"{_plural(len(gone), 'file')} and not one of them exists under {base.shown()}: {shown}" if gone
+                    else f"{_plural(len(faulty), 'entry', 'entries')} and not one of them is whole under "
+                         f"{base.shown()}: {_faults_shown(faulty)}")
+            report("warning", f"{_where(category, _checkpoints.CHECKPOINTS)} lists {what}; {_where_to_look(base)}; if "
+                              f"the checkpoints are really gone, `{command}` removes every entry")
+    checked = {category: categories[category] for category in bases}
+    missing = [(category, key, file_path)
+               for category, key, file_path in _checkpoints.missing_files(checked, root, status_path=status_path)
+               if not (category in emptied and key == _checkpoints.CHECKPOINTS)]
+    changed = [(category, key, file_path, why)
+               for category, key, file_path, why in _checkpoints.changed_files(checked, root, status_path=status_path)
+               if not (category in emptied and key == _checkpoints.CHECKPOINTS)]
 
     def fix(category: str, key: str) -> str:
         if key == _checkpoints.FINAL_CHECKPOINT:
@@ -102,15 +138,17 @@ def _check_files(report: _Report, document: Document, path: str, root: str | Non
         return f"`{shlex.join([PROG, 'prune-missing', *rooted, path])}` removes such entries"
 
     for category, key, file_path in missing:
-        report("warning", f"{_where(category, key)} lists {file_path}, which does not exist ({where}); "
-                          f"a resume from it fails: put the file back, or {fix(category, key)}")
+        report("warning", f"{_where(category, key)} lists {file_path}, which does not exist (under "
+                          f"{bases[category].shown()}); a resume from it fails: put the file back, or {fix(category, key)}")
     for category, key, _, why in changed:
-        report("warning", f"{_where(category, key)}: {why} ({where}); the checkpoint was changed since it was "
-                          f"recorded (truncated, overwritten) and a resume from it fails: put the file back, "
-                          f"or {fix(category, key)}")
-    if not missing and not changed:
-        report("ok", f"every checkpoint file listed exists with its recorded size ({_plural(listed, 'file')}, "
-                     f"{where})")
+        report("warning", f"{_where(category, key)}: {why} (under {bases[category].shown()}); the checkpoint was "
+                          f"changed since it was recorded (truncated, overwritten) and a resume from it fails: put "
+                          f"the file back, or {fix(category, key)}")
+    if not missing and not changed and not emptied and not unchecked:
+        folders = {base.shown() for base in bases.values()}
+        where = "" if not folders else f", under {folders.pop()}" if len(folders) == 1 else f", under {len(folders)} folders"
+        report("ok", f"every checkpoint file listed exists with its recorded size "
+                     f"({_plural(sum(counts[c] for c in bases), 'file')}{where})")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -121,7 +159,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = _Report()
     remote = is_url(path)
     directory, name = ("", "") if remote else _target(path)
-    unreadable = False
+    unreadable = directory_given = False
     try:
         data = read_object(args) if remote else _read_bytes(path)
     except _Fail as exc:  # no such object
@@ -130,6 +168,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except OSError as exc:
         report("error", _cli_words(str(exc)) if remote else _unreadable(path, exc))
         unreadable = True
+        directory_given = isinstance(exc, IsADirectoryError)
     else:
         try:
             document = load_document(data)
@@ -157,7 +196,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         report("info", "checkpoint files not checked (--files): the file is not a readable status document")
     if remote:
         report("info", "an object store takes no lock: each write is conditional on the version it read")
-    else:
+    elif not directory_given:  # a folder has no lock, temp files or history of its own: nothing is "ok"
         _check_beside(report, path, directory, name)
     return _verdict(report, path, unreadable)
 

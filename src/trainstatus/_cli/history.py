@@ -12,10 +12,12 @@ import datetime
 import json
 import os
 import warnings
+from typing import Any
 
 from .._storage import history as _history
 from .target import _target
 from .base import EXIT_OK, _Fail, _json, _label, _missing, _plural, _read_bytes, _unreadable
+from .entries import entry_lines, is_entry_list, whole_list_lines
 from .names import CURRENT as _CURRENT
 from .names import PROG
 from .._codec.values import Entry, decode
@@ -203,14 +205,26 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     else:
         print(f"from {old_label} to {new_label}: {_plural(len(changes), 'key differs', 'keys differ')}")
         for kind, category, key, a, b in changes:
-            where = f"{_label(category)}/{_label(key)}"
-            if kind == "added":
-                print(f"+ {where} = {_json(decode(b))}")  # type: ignore[arg-type]
-            elif kind == "removed":
-                print(f"- {where} (was {_json(decode(a))})")  # type: ignore[arg-type]
-            else:
-                print(f"~ {where}: {_json(decode(a))} -> {_json(decode(b))}")  # type: ignore[arg-type]
+            for line in _change_lines(kind, f"{_label(category)}/{_label(key)}",
+                                      None if a is None else decode(a), None if b is None else decode(b)):
+                print(line)
     return EXIT_DIFFERENT if changes else EXIT_OK
+
+
+def _change_lines(kind: str, where: str, old: Any, new: Any) -> list[str]:
+    """diff's lines for one key: the value whole, or a list of entries one entry a line (``entries``)."""
+    if kind == "added":
+        if is_entry_list(new):
+            return [f"+ {where} = {_plural(len(new), 'entry', 'entries')}:", *whole_list_lines(new, "+")]
+        return [f"+ {where} = {_json(new)}"]
+    if kind == "removed":
+        if is_entry_list(old):
+            return [f"- {where} (was {_plural(len(old), 'entry', 'entries')}):", *whole_list_lines(old, "-")]
+        return [f"- {where} (was {_json(old)})"]
+    if (is_entry_list(old) or old == []) and (is_entry_list(new) or new == []):  # not both []: they differ
+        summary, lines = entry_lines(old, new)
+        return [f"~ {where}: {summary}", *lines]
+    return [f"~ {where}: {_json(old)} -> {_json(new)}"]
 
 
 # -- restore ----------------------------------------------------------------------------------

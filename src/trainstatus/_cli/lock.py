@@ -1,8 +1,9 @@
 """Who holds a store's lock, for the command line: ``check``'s finding and a lock timeout's message.
 
-For a flock, the holders are read from ``/proc/locks`` and named by their command lines; for the
-soft lock, from the lease file's marker. Nothing here creates, takes or removes a lock file. Below
-both ``_cli.base`` (a command that timed out) and ``_cli`` (``check``), so neither imports the other.
+The holders are found as the library's own messages find them (``_lock.holders``: ``/proc/locks``
+and command lines for a flock, the lease file's marker for the soft lock); here is what the
+command line says about them. Nothing here creates, takes or removes a lock file. Below both
+``_cli.base`` (a command that timed out) and ``_cli`` (``check``), so neither imports the other.
 """
 
 from __future__ import annotations
@@ -15,60 +16,8 @@ import time
 
 from .._storage import filenames as _names
 from .._errors import TrainingStatusLockTimeout
+from .._lock.holders import describe, flock_holders, holder_of_flock, marker_fields, this_host
 from .._lock.path_lock import SOFT_LEASE_SECONDS
-
-_CMDLINE_MAX = 1000
-
-
-def _cmdline(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    words = [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
-    if not words:
-        return None
-    text = " ".join(words)
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    if len(text) > _CMDLINE_MAX:
-        text = text[: _CMDLINE_MAX - 3] + "..."
-    return text
-
-
-def _lock_holders(st: os.stat_result) -> list[int]:
-    """Pids holding an exclusive flock on the file of ``st``, from /proc/locks (Linux)."""
-    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return []
-    pids: list[int] = []
-    for line in text.splitlines():
-        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters have "->" after the number.
-        parts = line.split()
-        if len(parts) < 6 or parts[1] != "FLOCK" or parts[3] != "WRITE":
-            continue
-        try:
-            major, minor, inode = parts[5].split(":")
-            found = (int(major, 16), int(minor, 16), int(inode))
-            pid = int(parts[4])
-        except ValueError:
-            continue
-        if found == want and pid > 0 and pid not in pids:
-            pids.append(pid)
-    return pids
-
-
-def _describe_holders(pids: list[int]) -> str:
-    if not pids:
-        return "another process"
-    described = []
-    for pid in pids:
-        cmdline = _cmdline(pid)
-        described.append(f"pid {pid}" if cmdline is None else f"pid {pid} ({cmdline})")
-    return ", ".join(described)
 
 
 def _lock_state(lock_file: str) -> tuple[str, str]:
@@ -87,7 +36,7 @@ def _lock_state(lock_file: str) -> tuple[str, str]:
             # Shared: conflicts only with a writer's exclusive lock, and taken for an instant.
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return "held", _describe_holders(_lock_holders(os.fstat(fd)))
+            return "held", describe(flock_holders(os.fstat(fd)), "pid", full=True)
         except OSError as exc:
             return "unknown", f"cannot lock {lock_file}: {exc.strerror or exc}"
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -118,8 +67,7 @@ def _soft_lease_state(lease_file: str) -> tuple[str, str] | None:
     finally:
         os.close(fd)
     age = max(0.0, time.time() - st.st_mtime)  # by this machine's clock (an NFS server's may differ)
-    lines = raw.decode("utf-8", "replace").splitlines()
-    fields = dict(line.partition("=")[::2] for line in lines[1:]) if lines[:1] == ["filelock/2"] else {}
+    fields = marker_fields(raw)
     pid, host = fields.get("pid", ""), fields.get("host", "")
     if not (pid.isascii() and pid.isdigit() and host):
         return "info", (f"a write or a transaction may be in progress: {lease_file} exists but names no "
@@ -129,7 +77,7 @@ def _soft_lease_state(lease_file: str) -> tuple[str, str] | None:
     except ValueError:
         lease = SOFT_LEASE_SECONDS
     holder = f"process {pid} on {''.join(c if c.isprintable() else '?' for c in host)}"
-    if host == _this_host() and not _runs(int(pid)):
+    if host == this_host() and not _runs(int(pid)):
         return "warning", (f"the soft lock {lease_file} names {holder}, this machine, which no longer runs: "
                            "a killed writer left it; the next writer with the soft lock takes it over at once")
     if age > lease:
@@ -138,16 +86,6 @@ def _soft_lease_state(lease_file: str) -> tuple[str, str] | None:
                            "writer with the soft lock takes it over")
     return "held", (f"the soft lock {lease_file} is held by {holder} (renewed {age:.1f} s ago; its lease is "
                     f"{lease:g} s)")
-
-
-def _this_host() -> str | None:
-    """This machine as filelock names it in a marker (hostname and PID namespace), if it says."""
-    try:
-        from filelock._identity import host_name
-    except ImportError:  # pragma: no cover - a filelock without it: no holder is called dead
-        return None
-    name: str = host_name()
-    return name
 
 
 def _runs(pid: int) -> bool:
@@ -162,10 +100,7 @@ def _runs(pid: int) -> bool:
 
 def _lock_timeout_message(exc: TrainingStatusLockTimeout, timeout: float) -> str:
     lock_file = exc.lock_file or os.path.join(os.path.dirname(exc.path or ""), _names.lock_name(os.path.basename(exc.path or "")))
-    try:
-        holder = _describe_holders(_lock_holders(os.stat(lock_file)))
-    except OSError:
-        holder = "another process"
+    holder = holder_of_flock(lock_file, "pid", full=True)  # the whole command line: a person at a shell
     return (
         f"could not lock {exc.path} within {timeout:g} s: {lock_file} is held by {holder}; "
         "let that write or transaction finish, or pass a longer --lock-timeout"

@@ -243,8 +243,10 @@ now, temp files or leases left by a killed writer, copies kept aside. Nothing is
 locked for longer than an instant.
 
 --files also checks that every checkpoint file listed (checkpoints lists and final_checkpoint
-entries, main and auxiliary files, the files of a checkpoint folder) exists, under --root DIR for
-relative paths, with the size recorded in the entry where it has one.
+entries, main and auxiliary files, the files of a checkpoint folder) exists, with the size recorded
+in the entry where it has one. Relative paths are looked up under the folder the behavior records
+(checkpoint_root, which trainstatus's lists and integrations write), else under --root DIR, else
+the current directory (ML-Agents' layout: where mlagents-learn ran); one line per behavior says which.
 
 exit status: 0 sound, 1 warnings, 2 corrupt, unreadable, or a name given more than once.
 
@@ -258,8 +260,8 @@ examples:
                        help="also check that every file a checkpoints list or final_checkpoint names "
                             "exists with its recorded size (a warning for each missing or changed one)")
     check.add_argument("--root", metavar="DIR",
-                       help="with --files: the directory relative file paths are under (default: the "
-                            "current directory, as mlagents-learn resolves them)")
+                       help="with --files: the directory relative file paths are under, for the behaviors "
+                            "that record none (default: the current directory, as mlagents-learn resolves them)")
 
     prune = command("prune-missing", _Command("checkpoints", "_cmd_prune_missing"),
                     "drop the checkpoint entries whose files are gone (locked, atomic, durable)", """\
@@ -267,15 +269,19 @@ each behavior's checkpoints list loses the entries whose main or auxiliary file 
 of its recorded size (what `check --files` warns about), so that a resume never picks a checkpoint
 that cannot be loaded; the files of the entries kept are not touched. A final_checkpoint naming a
 missing or changed file is reported,
-not removed (`trainstatus delete PATH CATEGORY final_checkpoint` removes it).
+not removed (`trainstatus delete PATH CATEGORY final_checkpoint` removes it). Relative paths are
+looked up as `check --files` does. When not one file of a list exists there, which is what a wrong
+folder looks like, it refuses and changes nothing, naming the folder; --force prunes anyway.
 
 example:
   trainstatus prune-missing --root ~/ml-agents results/run1/run_logs/training_status.json
 """, parents=[locking, writing])
     prune.add_argument("path", metavar="PATH", help="the status file")
     prune.add_argument("--root", metavar="DIR",
-                       help="the directory relative file paths are under (default: the current directory, "
-                            "as mlagents-learn resolves them)")
+                       help="the directory relative file paths are under, for the behaviors that record none "
+                            "(default: the current directory, as mlagents-learn resolves them)")
+    prune.add_argument("--force", action="store_true",
+                       help="prune a list even when not one of its files exists (which empties it)")
 
     corrupt = command("corrupt", _Command("corrupt", "_no_subcommand"), "list or restore copies kept aside", """\
 a store that finds its file damaged keeps it, byte for byte, as <file>.corrupt-<UTC time> and

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._storage import history as _history, filenames as _names
-from .base import _duplicate_problem, _Fail, _read_status, is_url, storage_options
+from .base import _duplicate_problem, _Fail, _json, _read_status, is_url, storage_options
 from .._errors import TrainingStatusWarning
 from .._load import Corrupt, Document, load_document
 from .names import PROG
@@ -26,10 +27,12 @@ from .._lazy import lazy_module
 
 if TYPE_CHECKING:
     from .. import _store
+    from .._checkpoints.roots import BadRoot, Base
 else:  # only the commands that write need it: check reads alone
     _store = lazy_module("trainstatus._store")
 
-__all__ = ["_copies", "_open_store", "_root", "_shown_directory", "_target"]
+__all__ = ["_bad_root", "_copies", "_faults_shown", "_open_store", "_root", "_shown_directory", "_target",
+           "_where_to_look"]
 
 
 def _load(path: str) -> Document:
@@ -82,6 +85,29 @@ def _root(root: str | None) -> str | None:
         raise _Fail(f"--root {root} {what}: give the directory the checkpoint paths listed in the file "
                     "are relative to (where mlagents-learn ran)")
     return root
+
+
+def _where_to_look(found: Base) -> str:
+    """What to check when not one file of a checkpoints list is under the folder ``found`` names."""
+    if found.source == "recorded":
+        return (f"check that the checkpoints are in that folder and that {found.category}/checkpoint_root "
+                "names it (a run folder moved without its status file?)")
+    if found.source == "given":
+        return "check that --root is the folder its paths are relative to"
+    return "if its paths are relative to another folder (where mlagents-learn ran), run from there or pass --root DIR"
+
+
+def _faults_shown(faulty: list[tuple[Any, str]], shown: int = 3) -> str:
+    """The first ``shown`` of ``files.all_faulty``'s entries, each with why it is not whole."""
+    listed = "; ".join(f"step {_json(entry.get('steps'))}: {why}" for entry, why in faulty[:shown])
+    return listed + (f" (and {len(faulty) - shown} more)" if len(faulty) > shown else "")
+
+
+def _bad_root(path: str, category: str, problem: BadRoot) -> str:
+    """What to do about a ``checkpoint_root`` that cannot be used."""
+    command = shlex.join([PROG, "delete", path, category, "checkpoint_root"])
+    return (f"{problem}: set it to the folder the checkpoint paths of {category} are relative to, or `{command}` "
+            "to read them as ML-Agents writes them (relative to the current directory, or --root)")
 
 
 def _open_store(args: argparse.Namespace) -> _store.StatusStore:

@@ -7,6 +7,10 @@
 - ``kernel_wait``: threads blocked in the kernel, so a waiter can still time out and see Ctrl-C.
 - ``fair``: the waiting list in the lock file; the longest waiter goes first.
 - ``mailbox``: group commit across processes, the boxes a waiter posts its change in.
+- ``holders``: who holds the lock (pid, program or whole command line, machine), read only for a
+  message: a timeout's here (the program only), ``trainstatus check``'s in ``_cli``.
+- ``attributes``: chattr's immutable and append-only marks, read only for the message of a write
+  refused with ``EPERM`` (the lock file here, the status file and its folder in ``_storage``).
 
 May import: ``_codec`` (a box decodes entries), ``_errors``, ``_interrupts``, ``_lazy``; never the
 store or the storage above it. filelock is imported on first use.

@@ -116,6 +116,9 @@ class _HeldDescriptor:
         # Whether the last acquire found others waiting (or waited itself): only then does its
         # write look for changes they handed over (``collect``); a lone writer pays nothing.
         self.contended = False
+        # (box state, claimer pid) when the last wait was interrupted after a holder had taken its
+        # change: it may be written all the same. Set by ``_wait``, cleared by path_lock.
+        self.handed_over: tuple[int, int] | None = None
         weakref.finalize(self, close_all, self._held)
 
     def _open(self) -> int:
@@ -168,7 +171,7 @@ class _HeldDescriptor:
         Waiting processes take turns, the longest waiter first (``_lock.fair``): a process that finds
         others waiting signs in behind them instead of taking the lock as it comes free. A waiter
         with an ``offer`` hands its changes to the holder (``_lock.mailbox``); True: the holder wrote
-        them, and the lock is not held.
+        them (its box is DONE, with the holder's acknowledgement), and the lock is not held.
         """
         registry = self._registry()
         self.contended = False
@@ -221,9 +224,14 @@ class _HeldDescriptor:
             return self._wait_in_line(deadline, registry, box)
         except BaseException:
             if box is not None:
-                # Interrupted: a request no holder took is taken back; one taken may be written.
-                with contextlib.suppress(OSError):
-                    box.withdraw()
+                # Interrupted: a request no holder took is taken back; one taken may be written
+                # (``handed_over``: path_lock says so on the exception).
+                try:
+                    state, claimer = box.withdraw(), box.claimer()
+                except OSError:
+                    state, claimer = _mailbox.CLAIMED, 0  # unknown: as if taken
+                if state not in (_mailbox.PENDING, _mailbox.EMPTY):
+                    self.handed_over = (state, claimer)
             raise
 
     def _post(self, registry: _fair.Registry, offer: _mailbox.Offer) -> _mailbox.Box | None:
@@ -247,7 +255,7 @@ class _HeldDescriptor:
             if box.state() == _mailbox.DONE:
                 self.release()
                 return True
-            box.withdraw()  # pending, or taken by a holder that failed or died: written here
+            box.withdraw()  # pending, taken by a holder that failed or died, or DONE unacknowledged: written here
         except OSError:
             pass
         return False
@@ -269,6 +277,7 @@ class _HeldDescriptor:
 
     @staticmethod
     def _done(box: _mailbox.Box | None) -> bool:
+        """Whether a holder wrote the request: DONE, acknowledged (``Box.state`` checks it)."""
         if box is None:
             return False
         try:

@@ -51,10 +51,12 @@ if TYPE_CHECKING:
 from . import descriptor as _descriptor, mailbox as _mailbox
 from .. import _interrupts
 from .._errors import (
-    TrainingStatusError,
     TrainingStatusLockTimeout,
+    TrainingStatusUnfinishedWrite,
     TrainingStatusValueError,
+    TrainingStatusWarning,
     TrainingStatusWriteError,
+    warn,
 )
 
 if TYPE_CHECKING:
@@ -114,7 +116,7 @@ class PathLock:
         ``configured`` is the caller's whole ``lock_timeout``, for the message, when ``timeout`` is
         what is left of it. With an ``offer``, a process that must wait hands its changes to the
         holder (``_lock.mailbox``): the context then gives True, and only this process's threads are
-        held off (the holder wrote the changes); otherwise False.
+        held off (the box says the holder wrote the changes: the store checks the file); otherwise False.
         """
         shown = timeout if configured is None else configured
         taken_in = generation  # a hold that spans a fork must not release in the child
@@ -142,6 +144,7 @@ class PathLock:
         """Take the file lock (True instead: a holder wrote ``offer``'s changes, see ``hold``)."""
         try:
             self._flock_held = False
+            self._file_lock.handed_over = None
             if self._file_lock.acquire(deadline, offer if self._lease is None else None):
                 return True
             self._flock_held = True
@@ -154,6 +157,10 @@ class PathLock:
                 raise self._cannot_flock(path, exc.error) from exc.error
         except OSError as exc:  # cannot create or open the lock file
             raise self._cannot_lock(path, exc) from exc
+        except BaseException as exc:  # Ctrl-C (or a signal handler's exception) during the wait
+            if self._file_lock.handed_over is not None:
+                _say_handed_over(exc, path, *self._file_lock.handed_over)
+            raise
         if self._lease is None:
             return False
         try:
@@ -180,6 +187,22 @@ class PathLock:
         if self._flock_held:
             self._file_lock.acknowledge(requests)
 
+    def lock_file_lost(self) -> bool:
+        """Whether the lock file this hold locked is no longer the one at its path (deleted or
+        replaced by hand since): another writer may then have locked the new one and written at the
+        same time. Asked only once a write failed, for its message."""
+        fd = self._file_lock._current_fd()
+        if not self._flock_held or fd is None:
+            return False
+        try:
+            mine = os.fstat(fd)
+            there = os.lstat(self.lock_path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return mine.st_nlink == 0 or (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino)
+
     def _take_lease(self, deadline: float | None) -> None:
         # Polled here rather than by filelock's own wait, so that a Ctrl-C can stop the wait
         # only between two tries, never inside one (see _interrupts).
@@ -205,10 +228,19 @@ class PathLock:
 
     def _cannot_lock(self, path: str, exc: OSError, lock_file: str | None = None) -> TrainingStatusWriteError:
         lock_file = lock_file or self.lock_path
+        what = "make its directory writable (and the lock file a regular file, not a symlink)"
+        if exc.errno == errno.EPERM:  # the lock file or its folder may carry chattr's mark
+            from . import attributes as _attributes
+
+            places = (lock_file, os.path.dirname(lock_file) or ".")
+            marked = _attributes.refusing_mark(places)
+            if marked is not None and marked[1] != _attributes.UNKNOWN:
+                what = _attributes.advice(*marked, refused="open it for writing")
+            elif marked is not None:
+                what += f", or {_attributes.unknown_advice(places)}"
         return TrainingStatusWriteError(
             f"Could not lock {path}: cannot open the lock file {lock_file}: "
-            f"{exc.strerror or exc}. Nothing was written; make its directory writable "
-            "(and the lock file a regular file, not a symlink).",
+            f"{exc.strerror or exc}. Nothing was written; {what}.",
             path=path,
             lock_file=lock_file,
             errno=exc.errno,
@@ -225,7 +257,12 @@ class PathLock:
         )
 
     def _timeout(self, timeout: float | None, path: str, exc: BaseException | None) -> TrainingStatusLockTimeout:
-        who = "another process" if exc is not None else "another thread of this process"
+        if exc is None:
+            who = "another thread of this process"
+        else:
+            from .holders import holder_of_flock  # only once a wait timed out
+
+            who = holder_of_flock(self.lock_path)
         return TrainingStatusLockTimeout(
             f"Could not lock {path} within {timeout} s: {who} holds {self.lock_path} (a write or an "
             "open transaction). Let it finish, or open the store with a longer lock_timeout=.",
@@ -233,9 +270,9 @@ class PathLock:
             lock_file=self.lock_path,
         )
 
-    def _unfinished(self, timeout: float | None, path: str, claimer: int) -> TrainingStatusError:
+    def _unfinished(self, timeout: float | None, path: str, claimer: int) -> TrainingStatusUnfinishedWrite:
         who = f"process {claimer}" if claimer else "another process"
-        return TrainingStatusError(
+        return TrainingStatusUnfinishedWrite(
             f"Could not finish this write of {path}: its change was handed to {who}, which holds "
             f"the lock and took it into its own write, but has not finished that write "
             f"{_descriptor._OUTCOME_GRACE:g} s after this call's lock_timeout ({timeout} s) ran out "
@@ -247,8 +284,10 @@ class PathLock:
 
     def _soft_timeout(self, timeout: float | None, path: str, exc: BaseException) -> TrainingStatusLockTimeout:
         assert self.lease_path is not None
+        from .holders import holder_of_lease  # only once a wait timed out
+
         return TrainingStatusLockTimeout(
-            f"Could not lock {path} within {timeout} s: {_holder(self.lease_path)} holds "
+            f"Could not lock {path} within {timeout} s: {holder_of_lease(self.lease_path)} holds "
             f"{self.lease_path} (a write or an open transaction). Let it finish, or open the store "
             f"with a longer lock_timeout=. A holder that was killed is taken over once its lease "
             f"has gone {SOFT_LEASE_SECONDS:g} s without renewal (at once on its own machine); if it "
@@ -258,21 +297,27 @@ class PathLock:
         )
 
 
-def _holder(lease_path: str) -> str:
-    """Who a soft lock's marker names, for messages ("process 12 on node3"), or "another process"."""
-    try:
-        with open(lease_path, "rb") as f:
-            record = f.read(4096).decode("utf-8", "replace")
-    except OSError:
-        return "another process"
-    # filelock's marker is "name=value" lines (pid, host, ...); anything else: no name to give.
-    import re  # here: only this message needs it
-
-    pid = re.search(r"^pid=(\d+)$", record, re.MULTILINE)
-    host = re.search(r"^host=(\S+)$", record, re.MULTILINE)
-    if pid is None:
-        return "another process"
-    return f"process {pid.group(1)}" + (f" on {host.group(1)}" if host else "")
+def _say_handed_over(exc: BaseException, path: str, state: int, claimer: int) -> None:
+    """Tell whoever sees ``exc`` (a Ctrl-C during the wait) that its change may land all the same:
+    a holder had taken it into its write (``state``: the box's, ``_lock.mailbox``)."""
+    who = f"process {claimer}" if claimer else "another process"
+    if state == _mailbox.DONE:
+        outcome = f"after {who} had written its change: the change is in the file"
+        then = "The store's reload() shows it"
+    else:
+        outcome = (f"after {who}, which holds the lock, had taken its change into its own write: the "
+                   "change may still land in the file")
+        then = "The store's reload() shows whether it did, once that write is done"
+    note = (f"trainstatus: this call was interrupted while it waited for the lock of {path}, {outcome}. "
+            f"{then} (its next write reads the file first, too).")
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:  # Python 3.11+: shown with the traceback
+        add_note(note)
+        return
+    try:  # Python 3.10 has no notes on exceptions
+        warn(TrainingStatusWarning(note, path=path))
+    except Exception:  # noqa: BLE001 - warnings turned into errors: the interrupt still goes first
+        pass
 
 
 _registry: weakref.WeakValueDictionary[str, PathLock] = weakref.WeakValueDictionary()

@@ -194,16 +194,22 @@ def _route_checkpoint_manager() -> None:
                 break
             dropped.append(checkpoints.pop(0))
         GlobalTrainingStatus.set_parameter_state(behavior_name, StatusType.CHECKPOINTS, checkpoints)
-        # ML-Agents' remove_checkpoint, for the files no entry still names: ML-Agents checkpoints
-        # twice at one step (the periodic save, then save_model at exit or Ctrl-C), so a dropped
-        # entry can name the files of one kept, or of the final checkpoint. Relative paths are
-        # ML-Agents', against the current directory.
-        store = GlobalTrainingStatus.store()
-        for checkpoint, reason in remove_unlisted(dropped, store.to_dict(), None, store.path):
-            _log().warning("trainstatus: an old checkpoint of %s (steps %s) was dropped from the list, "
-                           "but %s; remove it by hand", behavior_name, checkpoint.get("steps"), reason)
+        _remove_dropped(behavior_name, dropped)
 
     ModelCheckpointManager.add_checkpoint = classmethod(add_checkpoint)
+
+
+def _remove_dropped(behavior_name: str, dropped: list[Any]) -> None:
+    """ML-Agents' remove_checkpoint for the ``dropped`` entries of ``behavior_name``, once the list
+    without them is written, for the files no entry still names: ML-Agents checkpoints twice at one
+    step (the periodic save, then save_model at exit or Ctrl-C), so a dropped entry can name the
+    files of one kept, or of the final checkpoint. Relative paths are ML-Agents', against the
+    current directory: those of the behavior's kept entries too (its category given), even if it
+    records a ``checkpoint_root`` (ML-Agents neither reads nor follows it)."""
+    store = GlobalTrainingStatus.store()
+    for checkpoint, reason in remove_unlisted(dropped, store.to_dict(), None, store.path, behavior_name):
+        _log().warning("trainstatus: an old checkpoint of %s (steps %s) was dropped from the list, "
+                       "but %s; remove it by hand", behavior_name, checkpoint.get("steps"), reason)
 
 
 def _route_model_saver() -> None:

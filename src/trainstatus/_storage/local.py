@@ -68,6 +68,19 @@ def _write_error(location: str, target: str, exc: OSError, step: str) -> Trainin
     return write_error(location, target, exc, step)
 
 
+def _lock_lost_error(location: str, target: str, lock_file: str, exc: OSError) -> TrainingStatusWriteError:
+    from .messages import lock_lost_error
+
+    return lock_lost_error(location, target, lock_file, exc)
+
+
+def _marked(exc: OSError, target: str) -> bool:
+    """Whether an ``EPERM`` may come from chattr's immutable or append-only mark, not the mode."""
+    from .messages import marked
+
+    return exc.errno == errno_codes.EPERM and marked(target)
+
+
 class LocalFile(Storage):
     """A JSON file on a local filesystem, locked with ``filelock`` on ``<file>.lock``."""
 
@@ -280,9 +293,14 @@ class LocalFile(Storage):
                 keeper.slot = None
             if exc.errno == errno_codes.ENOENT and not os.path.isdir(self._directory):
                 self._directory_ready = False  # removed under us: recreated on the next write
-            if exc.errno in (errno_codes.EACCES, errno_codes.EPERM) and mode & 0o600 != 0o600:
+            if self._path_lock is not None and self._directory_ready and self._path_lock.lock_file_lost():
+                # Deleted by hand (the folder is still there): another writer may have locked the one
+                # made in its place and removed our temp file.
+                raise _lock_lost_error(self.location, self._target, self.lock_file, exc) from exc
+            if (exc.errno in (errno_codes.EACCES, errno_codes.EPERM) and mode & 0o600 != 0o600
+                    and os.geteuid() != 0 and not _marked(exc, self._target)):
                 # The new version keeps the file's mode; one its owner cannot read and write
-                # cannot be written (and pinned) by this non-root process.
+                # cannot be written (and pinned) by this non-root process (root's are).
                 raise TrainingStatusWriteError(
                     f"Could not save {self.location}: the file's mode is {stat.filemode(mode)} "
                     f"({mode & 0o7777:#o}), which does not let its owner read and write it, and a "

@@ -1,10 +1,11 @@
 """What the local file's read and write errors say: what happened, and what to do about it.
 
 The messages are part of the spec (tests check them word for word); the one for a full disk names
-the history that takes the space and the command that frees it. Only failing reads and writes build
-them, so they live apart from ``local.LocalFile``, which passes its path as given and its target.
-It imports the errors, the history listing (``history``) and the names (``filenames``); ``shlex``
-only when a full disk is reported.
+the history that takes the space and the command that frees it, one refused by chattr's mark the
+file or folder that carries it (``_lock.attributes``). Only failing reads and writes build them, so
+they live apart from ``local.LocalFile``, which passes its path as given and its target. It imports
+the errors, the history listing (``history``) and the names (``filenames``); ``shlex`` only when a
+full disk is reported, ``_lock.attributes`` only when a write was refused with ``EPERM``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from . import history as _history, filenames as _names
 from .._errors import TrainingStatusReadError, TrainingStatusWriteError
 
-__all__ = ["byte_size", "read_error", "write_error"]
+__all__ = ["byte_size", "lock_lost_error", "marked", "read_error", "write_error"]
 
 
 def byte_size(count: int) -> str:
@@ -74,25 +75,69 @@ def history_space(location: str, target: str) -> str:
             "and a store opened with a smaller history= keeps fewer)")
 
 
+def _places(target: str) -> tuple[str, str]:
+    """The status file and its folder: where a mark refusing a write can be."""
+    return target, os.path.dirname(target) or "."
+
+
+def marked(target: str) -> bool:
+    """Whether the status file ``target`` or its folder is marked immutable or append-only."""
+    from .._lock import attributes as _attributes  # only a refused write asks
+
+    found = _attributes.refusing_mark(_places(target))
+    return found is not None and found[1] != _attributes.UNKNOWN
+
+
 def write_error(location: str, target: str, exc: OSError, step: str) -> TrainingStatusWriteError:
     """Writing ``location`` (the file ``target``) failed with ``exc`` while ``step``."""
-    # What to do; what happened is the error's own strerror, already in the message.
-    full = history_space(location, target) if exc.errno in (errno_codes.ENOSPC, errno_codes.EDQUOT) else ""
-    what = {
-        errno_codes.ENOSPC: f"the disk is full; free some space{full}",
-        errno_codes.EDQUOT: f"free some space{full} or raise the quota",
-        errno_codes.EROFS: "remount the filesystem writable or use another path",
-        errno_codes.EACCES: "fix the permissions of the directory",
-        errno_codes.EPERM: "fix the permissions of the directory",
-        errno_codes.ENAMETOOLONG: too_long(target),
-    }.get(exc.errno or 0, "check the disk and the path")
     if step == "syncing its directory":
         outcome = "The new content is in the file but may not survive a power loss"
     else:
         outcome = "The file was left as it was"
     return TrainingStatusWriteError(
         f"Could not save {location} ({step}): {exc.strerror or exc}. {outcome}; "
-        f"{what}, then set the value again.",
+        f"{_advice(location, target, exc)}, then set the value again.",
         path=location,
+        errno=exc.errno,
+    )
+
+
+def _advice(location: str, target: str, exc: OSError) -> str:
+    """What to do about a failed write of ``location``; what happened is ``exc``'s own strerror."""
+    full = history_space(location, target) if exc.errno in (errno_codes.ENOSPC, errno_codes.EDQUOT) else ""
+    eperm = "fix the permissions of the directory"
+    if exc.errno == errno_codes.EPERM:  # as root too: chattr's mark on the file or its folder
+        from .._lock import attributes as _attributes
+
+        found = _attributes.refusing_mark(_places(target))
+        if found is not None and found[1] != _attributes.UNKNOWN:
+            eperm = _attributes.advice(location if found[0] == target else found[0], found[1])
+        elif found is not None:
+            eperm += f", or {_attributes.unknown_advice(_places(target))}"
+    return {
+        errno_codes.ENOSPC: f"the disk is full; free some space{full}",
+        errno_codes.EDQUOT: f"free some space{full} or raise the quota",
+        errno_codes.EROFS: "remount the filesystem writable or use another path",
+        errno_codes.EACCES: "fix the permissions of the directory",
+        errno_codes.EPERM: eperm,
+        errno_codes.ENAMETOOLONG: too_long(target),
+    }.get(exc.errno or 0, "check the disk and the path")
+
+
+def lock_lost_error(location: str, target: str, lock_file: str, exc: OSError) -> TrainingStatusWriteError:
+    """A write of ``location`` (the file ``target``) failed (``exc``) after the lock file it held
+    was deleted or replaced by hand."""
+    if exc.errno == errno_codes.ENOENT:  # its temp file, removed by the other writer as a leftover
+        removed, advice = " (and remove this write's temp file as a leftover)", ""
+    else:  # a failure of its own (a full disk...), which the lost lock does not explain
+        removed, advice = "", f"; for the error itself, {_advice(location, target, exc)}"
+    return TrainingStatusWriteError(
+        f"Could not save {location}: {exc.strerror or exc}. The lock file {lock_file} was deleted or "
+        "replaced while this store held it, so another writer could lock the new one and write at the "
+        f"same time{removed}. This change was not written; never delete {lock_file} while a store may "
+        f"write (every writer must lock the same file; it holds only a few bytes){advice}, then set the "
+        "value again.",
+        path=location,
+        lock_file=lock_file,
         errno=exc.errno,
     )

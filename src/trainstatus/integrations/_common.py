@@ -1,8 +1,10 @@
-"""What the integrations share: stale temp files, dropping entries in one write, and the newest whole
-checkpoint a resume takes."""
+"""What the integrations share: stale temp files, dropping entries in one write, the newest whole
+checkpoint a resume takes, and the warning, in a training library user's words, about the newer
+ones it passed over."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -11,6 +13,8 @@ from typing import Any
 from .._storage import history as _history
 from .._checkpoints.checkpoint_list import CheckpointList
 from .._checkpoints.files import CHECKPOINTS
+from .._checkpoints.usable import newest_usable
+from .._errors import TrainingStatusCheckpointWarning, warn
 from .._store import StatusStore
 
 
@@ -54,19 +58,95 @@ def drop(checkpoints: CheckpointList, stale: Callable[[Mapping[str, Any]], bool]
     return checkpoints.store.run_transaction(body)
 
 
-def newest_whole(status_path: str, category: str, root: str,
-                 check: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
-    """The newest entry of ``category``'s checkpoints in ``status_path`` that passes ``check``
-    (``CheckpointList.latest``, which warns naming newer ones passed over), or None.
+@dataclasses.dataclass(frozen=True)
+class Words:
+    """How an integration's messages speak to its users about the checkpoints a resume passes over."""
 
-    A missing status file is a fresh run, unless its history is there: then the store puts the
-    newest kept version back (``resume=True``) and that is read.
+    left: str  # what becomes of newer checkpoints passed over when an older one is resumed from
+    fresh: str  # what a run does when last_complete_checkpoint() returned None
+    elsewhere: str  # how to train apart from these files
+
+
+def choose(checkpoints: CheckpointList, check: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None,
+                                                                                       list[tuple[Any, str]]]:
+    """The newest entry of ``checkpoints`` that passes ``check`` (and has its recorded files), or
+    None, and the newer ones passed over with why, newest first (``CheckpointList.latest``'s choice,
+    without its warning: the integrations word their own). Each why names the file it is about."""
+    chosen, skipped = newest_usable(checkpoints.entries(), _naming(check), checkpoints.resolve(os.curdir))
+    return (None if chosen is None else dict(chosen)), [(entry, _why(entry, reason)) for entry, reason in skipped]
+
+
+def pick(status_path: str, category: str, root: str,
+         check: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
+    """``choose`` over ``category``'s checkpoints in ``status_path`` (relative paths under ``root``).
+
+    A missing status file is a fresh run (None, nothing passed over), unless its history is there:
+    then the store puts the newest kept version back (``resume=True``) and that is read.
     """
     if not os.path.exists(status_path) and not _history.versions(os.path.dirname(os.path.abspath(status_path)),
                                                                  os.path.basename(status_path)):
-        return None
+        return None, []
     store = StatusStore(status_path, resume=True)
     try:
-        return CheckpointList(store, category, keep=None, root=root).latest(check=check)
+        return choose(CheckpointList(store, category, keep=None, root=root), check)
     finally:
         store.close()
+
+
+def reasons(skipped: list[tuple[Any, str]]) -> str:
+    """The whys of ``skipped`` in one clause, newest first."""
+    return "; ".join(why for _, why in skipped)
+
+
+def warn_passed_over(returned: str | None, skipped: list[tuple[Any, str]], status_path: str, category: str,
+                     root: str, words: Words) -> None:
+    """Warn, in the words of a user of the training library, that ``last_complete_checkpoint``
+    passed over ``skipped`` (recorded but damaged or gone) and returns ``returned``."""
+    if returned is not None:
+        message = (f"{returned} is the newest whole checkpoint recorded in {status_path}; the newer ones cannot be "
+                   f"resumed from: {reasons(skipped)}. {words.left} If you have whole copies of them, stop, put "
+                   f"them back in {root} and start again to resume from the newest.")
+    else:
+        message = (f"No checkpoint recorded in {status_path} can be resumed from: {reasons(skipped)}. "
+                   f"last_complete_checkpoint() returns None: {words.fresh} To keep these files, stop and move "
+                   f"them out of {root}, or {words.elsewhere}; if you have whole copies of them, put them back "
+                   f"in {root} and start again.")
+    warn(TrainingStatusCheckpointWarning(message, skipped=list(skipped), path=status_path, category=category))
+
+
+def newest_whole(status_path: str, category: str, root: str, check: Callable[[dict[str, Any]], bool],
+                 words: Words, shown: str) -> dict[str, Any] | None:
+    """``pick``, warning (``warn_passed_over``) about the newer entries passed over; ``shown`` is
+    the folder as the caller gave it, joined to the entry's path in the warning."""
+    entry, skipped = pick(status_path, category, root, check)
+    if skipped:
+        returned = None if entry is None else os.path.join(shown, entry["file_path"])
+        warn_passed_over(returned, skipped, status_path, category, root, words)
+    return entry
+
+
+def _naming(check: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
+    """``check``, with any error but a ValueError (whose message names the file: the integrations'
+    own) turned into one that names the checkpoint's file."""
+
+    def named(entry: dict[str, Any]) -> bool:
+        try:
+            return check(entry)
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a reader failing on the file means "not whole"
+            raise ValueError(f"{entry['file_path']} cannot be read ({type(exc).__name__}: {exc})") from exc
+
+    return named
+
+
+_CHECK_RAISED = "the check raised ValueError: "  # usable.unusable's wording of a check's ValueError
+
+
+def _why(entry: Any, reason: str) -> str:
+    """``reason`` as a user reads it: the check's own message, or what is wrong with the entry."""
+    if reason.startswith(_CHECK_RAISED):
+        return reason[len(_CHECK_RAISED):]
+    if reason.startswith("not a checkpoint entry"):
+        return f"an item of the list is {reason}: {str(entry)[:80]}"
+    return reason

@@ -37,7 +37,7 @@ from .._checkpoints.checkpoint_list import CheckpointList
 from .._checkpoints.folders import sync_folders_above
 from .._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusTypeError
 from .._store import StatusStore
-from ._common import drop, newest_whole, remove_stale_temps
+from ._common import Words, drop, newest_whole, remove_stale_temps
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
 
@@ -46,6 +46,12 @@ STATUS_FILE = "training_status.json"
 
 CATEGORY = "lightning"
 """The category of the status file the checkpoints are listed under (``lightning/checkpoints``)."""
+
+_WORDS = Words(
+    left="They are left on disk: the checkpoints this run saves take their place.",
+    fresh="trainer.fit(ckpt_path=None) starts at step 0 and saves its checkpoints beside these.",
+    elsewhere="give ModelCheckpoint another dirpath",
+)
 
 _TEMP = re.compile(r"\..*\.ckpt\.trainstatus-[0-9a-f]{16}\.tmp")  # _storage.filenames.temp_name of a *.ckpt
 
@@ -185,7 +191,7 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *,
     """
     folder = os.path.abspath(os.fspath(dirpath))
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
-    entry = newest_whole(path, CATEGORY, folder, _whole(folder))
+    entry = newest_whole(path, CATEGORY, folder, _whole(folder), _WORDS, os.fspath(dirpath))
     if entry is None:
         return None
     return os.path.join(os.fspath(dirpath), entry["file_path"])
@@ -244,7 +250,11 @@ def _whole(folder: str) -> Callable[[dict[str, Any]], bool]:
         path = os.path.join(folder, entry["file_path"])
         if os.path.islink(path):
             raise ValueError(f"{entry['file_path']} is now a link Lightning made (save_last='link'), not the file saved")
-        with zipfile.ZipFile(path) as archive:
+        try:
+            archive = zipfile.ZipFile(path)
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"{entry['file_path']} is not a whole torch checkpoint ({exc})") from None
+        with archive:
             names = archive.namelist()
             missing = [member for member in ("data.pkl", "version")
                        if not any(n.rsplit("/", 1)[-1] == member for n in names)]

@@ -43,12 +43,18 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
-from ._common import newest_whole, remove_stale_temps
+from ._common import Words, choose, newest_whole, reasons, remove_stale_temps
 
 __all__ = ["STATUS_FILE", "TrainStatusCheckpointCallback", "last_complete_checkpoint"]
 
 STATUS_FILE = "training_status.json"
 """The status file's name in ``save_path`` when no ``status_path`` is given."""
+
+_WORDS = Words(
+    left="They are left on disk: a run saves over each file when it reaches its steps.",
+    fresh="a new model starts at 0 timesteps and saves over these files as it reaches their steps.",
+    elsewhere="use another save_path or name_prefix",
+)
 
 _MODEL_MEMBERS = ("data", "_stable_baselines3_version")  # in every zip BaseAlgorithm.save writes
 _PICKLE_STOP = b"."  # the last byte of every pickle (the STOP opcode)
@@ -133,15 +139,26 @@ class TrainStatusCheckpointCallback(CheckpointCallback):
         recorded = [e.get("steps") for e in checkpoints.entries() if isinstance(e, dict)]
         newest = max((n for n in recorded if type(n) is int), default=0)
         if self.model.num_timesteps == 0 and newest > 0:
-            warn(TrainingStatusCheckpointWarning(
-                f"{self.name_prefix} in {checkpoints.store.path} has checkpoints up to {newest} steps, "
-                f"but this run starts at {self.model.num_timesteps}: its new checkpoints would replace "
-                f"same-named older ones and rank below the old run's newer ones, so "
-                "last_complete_checkpoint() would pick the old run. To continue a run, load its "
-                "checkpoint and call learn(..., reset_num_timesteps=False); to start over, use "
-                "another save_path or name_prefix.",
-                path=checkpoints.store.path, category=self.name_prefix,
-            ))
+            self._warn_restart(checkpoints, newest)
+
+    def _warn_restart(self, checkpoints: CheckpointList, newest: int) -> None:
+        """Warn that this run starts at 0 timesteps over checkpoints recorded up to ``newest`` steps."""
+        chosen, skipped = choose(checkpoints, _whole(self.save_path))
+        start = (f"This run starts at 0 timesteps in {self.save_path}, where {checkpoints.store.path} recorded "
+                 f"checkpoints up to {newest} steps")
+        if chosen is None:
+            message = (f"{start}, none of them whole ({reasons(skipped)}). This run's checkpoints replace their "
+                       "files as it reaches the same steps; until then a resume passes over them with a warning. "
+                       f"To keep them, stop and move them out of {self.save_path}, or use another save_path or "
+                       "name_prefix.")
+        else:
+            path = os.path.join(self.save_path, chosen["file_path"])
+            message = (f"{start}: last_complete_checkpoint() returns {path} of that run until this one passes "
+                       f"{newest} steps, and this run's checkpoints replace that run's files of the same names. "
+                       f"If you meant to continue, stop, load it ({type(self.model).__name__}.load({path!r}, "
+                       "env=env)) and call learn(..., reset_num_timesteps=False); to start over without this "
+                       "warning, use another save_path or name_prefix.")
+        warn(TrainingStatusCheckpointWarning(message, path=checkpoints.store.path, category=self.name_prefix))
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq != 0:
@@ -198,7 +215,7 @@ def last_complete_checkpoint(save_path: str | os.PathLike[str], *, name_prefix: 
     """
     root = os.path.abspath(os.fspath(save_path))
     path = _status_path(os.fspath(save_path), status_path)
-    entry = newest_whole(path, name_prefix, root, _whole(root))
+    entry = newest_whole(path, name_prefix, root, _whole(root), _WORDS, os.fspath(save_path))
     if entry is None:
         return None
     return os.path.join(os.fspath(save_path), entry["file_path"])
@@ -244,7 +261,11 @@ def _remove_stale_temps(save_path: str, name_prefix: str) -> None:
 
 def _whole(root: str) -> Callable[[dict[str, Any]], bool]:
     def check(entry: dict[str, Any]) -> bool:
-        with zipfile.ZipFile(os.path.join(root, entry["file_path"])) as archive:
+        try:
+            archive = zipfile.ZipFile(os.path.join(root, entry["file_path"]))
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"{entry['file_path']} is not a whole SB3 model zip ({exc})") from None
+        with archive:
             # A model zip cut short may still open: torch.save's own archives are stored inside it
             # uncompressed, and zipfile then finds the end of one of those. SB3's members say
             # whose end it found.

@@ -11,7 +11,8 @@ finished. Here:
   Trainer, which would remove old folders before the new one is recorded, and removes them itself
   after.
 - ``last_complete_checkpoint(output_dir)`` is the newest recorded folder whose files are all there
-  with their recorded sizes, for ``trainer.train(resume_from_checkpoint=...)``.
+  with their recorded sizes, for ``trainer.train(resume_from_checkpoint=...)``. A Trainer holding
+  the callback resumes from it when given ``resume_from_checkpoint=True`` too.
 
 Usage (two lines differ from Transformers' own recipe)::
 
@@ -23,12 +24,12 @@ Usage (two lines differ from Transformers' own recipe)::
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
-import re
-import struct
+import sys
 from collections.abc import Callable, Mapping
+from types import FrameType
 from typing import Any
 
 from transformers import (
@@ -39,11 +40,11 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .._checkpoints.files import FILES, _faults
 from .._checkpoints.checkpoint_list import CheckpointList
 from .._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusTypeError, warn
 from .._store import StatusStore
-from ._common import drop, newest_whole
+from ._common import Words, choose, drop, newest_whole, pick, reasons, warn_passed_over
+from ._transformers_folders import problem, unrecorded, warn_unrecorded, whole
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "last_complete_checkpoint"]
 
@@ -53,9 +54,12 @@ STATUS_FILE = "training_status.json"
 CATEGORY = "transformers"
 """The category of the status file the checkpoints are listed under (``transformers/checkpoints``)."""
 
-TRAINER_STATE = "trainer_state.json"  # the Trainer's TRAINER_STATE_NAME: written last, read on resume
-
-_FOLDER = re.compile(re.escape(PREFIX_CHECKPOINT_DIR) + r"-([0-9]+)")  # get_last_checkpoint's pattern, whole name
+_WORDS = Words(
+    left="They are left on disk: a run saves over each folder when it reaches its step.",
+    fresh="trainer.train(resume_from_checkpoint=None) starts at step 0 and saves over these folders as it "
+          "reaches their steps.",
+    elsewhere="train into another output_dir",
+)
 
 
 class TrainStatusCallback(TrainerCallback):
@@ -83,6 +87,13 @@ class TrainStatusCallback(TrainerCallback):
       this step (by ``metric_for_best_model`` and ``greater_is_better``; ``best_metric`` and
       ``best_global_step`` with it), or by None, with a ``TrainingStatusCheckpointWarning``.
 
+    - ``trainer.train(resume_from_checkpoint=True)`` (where the Trainer would take the highest
+      ``checkpoint-*`` folder, whole or not) resumes from ``last_complete_checkpoint(args.output_dir)``,
+      with its warnings; when no checkpoint there is whole, a ``TrainingStatusCheckpointError``
+      says why before anything is loaded. (The Trainer gives a callback no event before it loads:
+      the name ``get_last_checkpoint`` in ``transformers.trainer``, which it calls given True, is
+      wrapped for Trainers holding this callback; docs/transformers.md.)
+
     ``status_path``: the status file (default: ``training_status.json`` in ``args.output_dir``).
     Only the process that saves (``args.should_save``) records. Folders not recorded (left by a
     killed save, or by a run without this callback) are neither counted nor removed.
@@ -97,6 +108,7 @@ class TrainStatusCallback(TrainerCallback):
         self.status_path = None if status_path is None else os.path.abspath(os.fspath(status_path))
         self._checkpoints: CheckpointList | None = None
         self._taken: int | None = None  # the args.save_total_limit taken over, as given
+        _route_resume()
 
     def checkpoints(self, args: TrainingArguments) -> CheckpointList:
         """The ``CheckpointList`` the checkpoints of ``args.output_dir`` are recorded in (opened on first use)."""
@@ -116,7 +128,7 @@ class TrainStatusCallback(TrainerCallback):
         if not args.should_save:
             return
         checkpoints = self.checkpoints(args)  # a bad status file fails before training
-        _drop_later(checkpoints, state.global_step)
+        _drop_later(checkpoints, state.global_step, _output_dir(args))
         _check_best(checkpoints, args, state)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -159,6 +171,40 @@ class TrainStatusCallback(TrainerCallback):
             self._checkpoints.store.close()
             self._checkpoints = None
 
+    def _resume_from(self, output_dir: str) -> str | None:
+        """What ``trainer.train(resume_from_checkpoint=True)`` resumes from in a Trainer holding this
+        callback: ``last_complete_checkpoint(output_dir)``, before anything is loaded (``_route_resume``).
+
+        When that is None but there are checkpoints (recorded ones, none whole; folders never
+        recorded), a ``TrainingStatusCheckpointError`` says so, where the Trainer would load the
+        newest folder and fail on it. None when there is nothing at all: the Trainer's own error.
+        """
+        root = os.path.abspath(output_dir)
+        path = _status_path(root, self.status_path)
+        entry, skipped = pick(path, CATEGORY, root, whole(root))
+        newer = unrecorded(root, path, CATEGORY, -1 if entry is None else entry["steps"])
+        if entry is None:
+            if not skipped and not newer:
+                return None
+            found = [f"none of the checkpoints recorded in {path} is whole ({reasons(skipped)})"] if skipped else []
+            if newer:
+                found.append(f"{', '.join(newer)} {'was' if len(newer) == 1 else 'were'} never recorded in {path} "
+                             "(a save that did not finish, or one made without TrainStatusCallback)")
+            raise TrainingStatusCheckpointError(
+                f"trainer.train(resume_from_checkpoint=True) found no checkpoint to resume from in {root}: "
+                f"{'; '.join(found)}. Nothing was loaded. To start a new run there, pass "
+                "resume_from_checkpoint=None (it saves over these folders as it reaches their steps); to "
+                "resume from a folder you know is whole, pass that folder; to keep them, train into another "
+                "output_dir.",
+                path=path, category=CATEGORY,
+            )
+        returned = os.path.join(output_dir, entry["file_path"])
+        if skipped:
+            warn_passed_over(returned, skipped, path, CATEGORY, root, _WORDS)
+        if newer:
+            warn_unrecorded(newer, root, path, CATEGORY)
+        return returned
+
 
 def last_complete_checkpoint(output_dir: str | os.PathLike[str], *,
                              status_path: str | os.PathLike[str] | None = None) -> str | None:
@@ -176,8 +222,10 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str], *,
     """
     root = os.path.abspath(os.fspath(output_dir))
     path = _status_path(root, None if status_path is None else os.path.abspath(os.fspath(status_path)))
-    entry = newest_whole(path, CATEGORY, root, _whole(root))
-    _warn_unrecorded(root, path, -1 if entry is None else entry["steps"])
+    entry = newest_whole(path, CATEGORY, root, whole(root), _WORDS, os.fspath(output_dir))
+    newer = unrecorded(root, path, CATEGORY, -1 if entry is None else entry["steps"])
+    if newer:
+        warn_unrecorded(newer, root, path, CATEGORY)
     if entry is None:
         return None
     return os.path.join(os.fspath(output_dir), entry["file_path"])
@@ -218,19 +266,6 @@ def _greater_is_better(args: TrainingArguments) -> bool:
     return not str(args.metric_for_best_model or "loss").endswith("loss")  # TrainingArguments' default
 
 
-def _problem(checkpoints: CheckpointList, entry: Mapping[str, Any] | None, folder: str) -> str | None:
-    """Why ``folder`` (with its entry, if recorded) is no whole checkpoint, or None."""
-    if entry is None:
-        return None if os.path.isdir(folder) else "is missing"
-    for _, _, why in _faults(entry, checkpoints.root):
-        return why
-    try:
-        _whole(checkpoints.resolve(os.curdir))(dict(entry))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # a header of the wrong shape too
-        return str(exc)
-    return None
-
-
 def _rotate(checkpoints: CheckpointList, recorded: Mapping[str, Any], limit: int, best: str | None) -> None:
     """``transformers.trainer_utils.rotate_checkpoints`` over the recorded entries, after the new
     one is recorded: the oldest beyond ``limit`` go, never the newest nor ``best``."""
@@ -259,23 +294,31 @@ def _remove(checkpoints: CheckpointList, stale: Callable[[Mapping[str, Any]], bo
         checkpoints._remove(dropped, document)
 
 
-def _drop_later(checkpoints: CheckpointList, step: int) -> None:
+def _drop_later(checkpoints: CheckpointList, step: int, output_dir: str) -> None:
     """Drop the entries of steps after ``step`` (their folders stay): this run saves over them, file
     by file, and a kill in the middle must not leave them listed with some files of each run."""
     later = [e for e in checkpoints.entries() if isinstance(e, Mapping) and type(e.get("steps")) is int
              and e["steps"] > step]
     if not later:
         return
+    root = checkpoints.resolve(os.curdir)
+    # A run at step 0 over recorded checkpoints: is there one it could have continued from?
+    chosen, skipped = choose(checkpoints, whole(root)) if step == 0 else (None, [])
     drop(checkpoints, lambda e: type(e.get("steps")) is int and e["steps"] > step)
-    if step == 0:
-        newest = max(e["steps"] for e in later)
-        warn(TrainingStatusCheckpointWarning(
-            f"{CATEGORY}/checkpoints in {checkpoints.store.path} has checkpoints up to step {newest}, but "
-            "this run starts at step 0: it saves over their folders, so they are no longer listed. To "
-            "continue a run, pass trainer.train(resume_from_checkpoint=last_complete_checkpoint(output_dir)); "
-            "to start over, use another output_dir.",
-            path=checkpoints.store.path, category=CATEGORY,
-        ))
+    if step != 0:
+        return
+    start = (f"This run starts at step 0 in {root}, where {checkpoints.store.path} recorded checkpoints up to "
+             f"step {max(e['steps'] for e in later)}")
+    if chosen is None:
+        message = (f"{start}, none of them whole ({reasons(skipped)}): they are no longer listed, and this run "
+                   f"saves over their folders as it reaches their steps. To keep them, stop and move them out of "
+                   f"{root}, or train into another output_dir.")
+    else:
+        message = (f"{start}: they are no longer listed, and this run saves over their folders as it reaches "
+                   f"their steps. If you meant to continue, stop and pass trainer.train(resume_from_checkpoint="
+                   f"{os.path.join(output_dir, chosen['file_path'])!r}), the newest whole one, before this run "
+                   "saves over it; to start over without this warning, train into another output_dir.")
+    warn(TrainingStatusCheckpointWarning(message, path=checkpoints.store.path, category=CATEGORY))
 
 
 def _check_best(checkpoints: CheckpointList, args: TrainingArguments, state: TrainerState) -> None:
@@ -292,12 +335,12 @@ def _check_best(checkpoints: CheckpointList, args: TrainingArguments, state: Tra
             return
     else:
         folder = os.path.abspath(named)
-    problem = _problem(checkpoints, by_folder.get(folder), folder)
-    if problem is None:
+    why = problem(checkpoints, by_folder.get(folder), folder)
+    if why is None:
         return
     candidates = [e for path, e in by_folder.items() if e.get("steps", 0) <= state.global_step
                   and isinstance(e.get("reward"), (int, float)) and not math.isnan(e["reward"])
-                  and _problem(checkpoints, e, path) is None]
+                  and problem(checkpoints, e, path) is None]
     better = max if _greater_is_better(args) else min
     chosen = better(candidates, key=lambda e: e["reward"]) if candidates else None
     if chosen is None:
@@ -309,7 +352,7 @@ def _check_best(checkpoints: CheckpointList, args: TrainingArguments, state: Tra
         instead = f"{state.best_model_checkpoint} ({args.metric_for_best_model} {chosen['reward']})"
     # As the Trainer spells it (args.output_dir joined), also where it had already dropped it.
     shown = named if named is not None else os.path.join(_output_dir(args), os.path.basename(folder))
-    reason = f"{os.path.basename(folder)} {problem}" if not problem.startswith(os.path.basename(folder)) else problem
+    reason = f"{os.path.basename(folder)} {why}" if not why.startswith(os.path.basename(folder)) else why
     warn(TrainingStatusCheckpointWarning(
         f"The resumed trainer state's best checkpoint {shown} is not a whole checkpoint ({reason}); "
         f"best_model_checkpoint is now {instead}. Recorded in {checkpoints.store.path}.",
@@ -317,65 +360,36 @@ def _check_best(checkpoints: CheckpointList, args: TrainingArguments, state: Tra
     ))
 
 
-def _warn_unrecorded(root: str, status_path: str, chosen: int) -> None:
-    """Warn naming the ``checkpoint-*`` folders newer than step ``chosen`` that nothing recorded."""
-    try:
-        names = os.listdir(root)
-    except OSError:
+def _route_resume() -> None:
+    """Make ``trainer.train(resume_from_checkpoint=True)`` of a Trainer holding a
+    ``TrainStatusCallback`` resume from ``last_complete_checkpoint`` (``_resume_from``).
+
+    Given True, ``Trainer.train`` calls the name ``get_last_checkpoint`` of ``transformers.trainer``
+    with ``args.output_dir`` and loads what it returns; no callback event comes before that load,
+    so that name is the one point to act. It is replaced, once per process, by a function that
+    asks the Trainer calling it for its ``TrainStatusCallback`` and calls Transformers' own
+    otherwise: other Trainers, and ``transformers.trainer_utils.get_last_checkpoint``, are unchanged.
+    """
+    import transformers.trainer as trainer_module
+
+    # By name: transformers.trainer imports it from trainer_utils and does not re-export it (mypy).
+    own: Callable[[Any], Any] = getattr(trainer_module, "get_last_checkpoint")
+    if getattr(own, "_trainstatus", False):
         return
-    folders = {int(m.group(1)): name for name in names if (m := _FOLDER.fullmatch(name))
-               and int(m.group(1)) > chosen and os.path.isdir(os.path.join(root, name))}
-    if not folders:
-        return
-    recorded: set[str] = set()
-    if os.path.exists(status_path):
-        with StatusStore(status_path) as store:
-            entries = store.get(CATEGORY, "checkpoints") or []
-        recorded = {os.path.abspath(os.path.join(root, e["file_path"])) for e in entries
-                    if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)}
-    unrecorded = [name for _, name in sorted(folders.items()) if os.path.join(root, name) not in recorded]
-    if unrecorded:
-        warn(TrainingStatusCheckpointWarning(
-            f"Passed over {', '.join(unrecorded)} in {root}: not recorded in {status_path} (a save that "
-            "did not finish, or one made without TrainStatusCallback); get_last_checkpoint() would "
-            "return the newest of them. Left on disk: a resumed run saves over them.",
-            path=status_path, category=CATEGORY,
-        ))
+
+    @functools.wraps(own)
+    def get_last_checkpoint(folder: Any) -> Any:
+        callback = _callback_of(sys._getframe(1))
+        return own(folder) if callback is None else callback._resume_from(os.fspath(folder))
+
+    setattr(get_last_checkpoint, "_trainstatus", True)
+    setattr(trainer_module, "get_last_checkpoint", get_last_checkpoint)
 
 
-def _whole(root: str) -> Callable[[dict[str, Any]], bool]:
-    """The check of a recorded folder beyond its files' sizes (which ``latest`` checks)."""
-
-    def check(entry: dict[str, Any]) -> bool:
-        folder = entry["file_path"]
-        files: Mapping[str, Any] = entry[FILES] if isinstance(entry.get(FILES), Mapping) else {}
-        state = os.path.join(folder, TRAINER_STATE)
-        if state not in files:
-            raise ValueError(f"{folder} has no {TRAINER_STATE} recorded: not a Trainer checkpoint")
-        with open(os.path.join(root, state), "rb") as f:
-            json.load(f)
-        for name in files:
-            if name.endswith(".safetensors"):
-                _check_safetensors(os.path.join(root, name), name)
-        return True
-
-    return check
-
-
-def _check_safetensors(path: str, name: str) -> None:
-    """Raise ValueError unless the file's header (8-byte length, then JSON) accounts for its length."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ValueError(f"{name} is too short for a safetensors header")
-        (length,) = struct.unpack("<Q", head)
-        size = os.fstat(f.fileno()).st_size
-        if length > size - 8:
-            raise ValueError(f"{name}: its header claims {length:,} bytes, the file has {size:,}")
-        try:
-            header = json.loads(f.read(length))
-        except ValueError as exc:
-            raise ValueError(f"{name}: its header is not JSON ({exc})") from None
-    ends = [t["data_offsets"][1] for key, t in header.items() if key != "__metadata__"]
-    if 8 + length + max(ends, default=0) != size:
-        raise ValueError(f"{name}: its tensors end at byte {8 + length + max(ends, default=0):,}, the file has {size:,}")
+def _callback_of(caller: FrameType | None) -> TrainStatusCallback | None:
+    """The ``TrainStatusCallback`` of the Trainer whose method is running in ``caller``, if any."""
+    owner = caller.f_locals.get("self") if caller is not None else None
+    for callback in getattr(getattr(owner, "callback_handler", None), "callbacks", ()):
+        if isinstance(callback, TrainStatusCallback):
+            return callback
+    return None

@@ -1,0 +1,115 @@
+"""Transformers' checkpoint folders: whether a recorded ``checkpoint-<step>/`` is whole, and the
+newer folders that nothing recorded.
+
+What ``trainstatus.integrations.transformers`` checks before it hands a folder to the Trainer (its
+``last_complete_checkpoint``, the resumed best checkpoint, ``resume_from_checkpoint=True``): each
+recorded file there with its size (``CheckpointList``'s own check), ``trainer_state.json`` readable
+as JSON, and each ``.safetensors`` file's header accounting for its length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .._checkpoints.checkpoint_list import CheckpointList
+from .._checkpoints.files import CHECKPOINTS, FILES, _faults
+from .._errors import TrainingStatusCheckpointWarning, warn
+from .._store import StatusStore
+
+__all__ = ["TRAINER_STATE", "problem", "unrecorded", "warn_unrecorded", "whole"]
+
+TRAINER_STATE = "trainer_state.json"  # the Trainer's TRAINER_STATE_NAME: written last, read on resume
+
+_FOLDER = re.compile(re.escape(PREFIX_CHECKPOINT_DIR) + r"-([0-9]+)")  # get_last_checkpoint's pattern, whole name
+
+
+def whole(root: str) -> Callable[[dict[str, Any]], bool]:
+    """The check of a recorded folder beyond its files' sizes (which ``CheckpointList`` checks);
+    it raises a ValueError naming the file that is not whole."""
+
+    def check(entry: dict[str, Any]) -> bool:
+        folder = entry["file_path"]
+        files: Mapping[str, Any] = entry[FILES] if isinstance(entry.get(FILES), Mapping) else {}
+        state = os.path.join(folder, TRAINER_STATE)
+        if state not in files:
+            raise ValueError(f"{folder} has no {TRAINER_STATE} recorded: not a Trainer checkpoint")
+        with open(os.path.join(root, state), "rb") as f:
+            try:
+                json.load(f)
+            except ValueError as exc:
+                raise ValueError(f"{state} is not JSON ({exc})") from None
+        for name in files:
+            if name.endswith(".safetensors"):
+                _check_safetensors(os.path.join(root, name), name)
+        return True
+
+    return check
+
+
+def problem(checkpoints: CheckpointList, entry: Mapping[str, Any] | None, folder: str) -> str | None:
+    """Why ``folder`` (with its entry, if recorded) is no whole checkpoint, or None."""
+    if entry is None:
+        return None if os.path.isdir(folder) else "is missing"
+    for _, _, why in _faults(entry, checkpoints.root):
+        return why
+    try:
+        whole(checkpoints.resolve(os.curdir))(dict(entry))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # a header of the wrong shape too
+        return str(exc)
+    return None
+
+
+def unrecorded(root: str, status_path: str, category: str, chosen: int) -> list[str]:
+    """The ``checkpoint-*`` folders of ``root`` newer than step ``chosen`` that nothing recorded,
+    oldest first."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    folders = {int(m.group(1)): name for name in names if (m := _FOLDER.fullmatch(name))
+               and int(m.group(1)) > chosen and os.path.isdir(os.path.join(root, name))}
+    if not folders:
+        return []
+    recorded: set[str] = set()
+    if os.path.exists(status_path):
+        with StatusStore(status_path) as store:
+            entries = store.get(category, CHECKPOINTS) or []
+        recorded = {os.path.abspath(os.path.join(root, e["file_path"])) for e in entries
+                    if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)}
+    return [name for _, name in sorted(folders.items()) if os.path.join(root, name) not in recorded]
+
+
+def warn_unrecorded(names: list[str], root: str, status_path: str, category: str) -> None:
+    """Warn that the folders ``names`` of ``root``, newer than the one returned, were passed over."""
+    warn(TrainingStatusCheckpointWarning(
+        f"Passed over {', '.join(names)} in {root}: not recorded in {status_path} (a save that did not "
+        "finish, or one made without TrainStatusCallback), so not known to be whole; get_last_checkpoint() "
+        "would return the newest of them. They are left on disk: a run saves over each when it reaches its step.",
+        path=status_path, category=category,
+    ))
+
+
+def _check_safetensors(path: str, name: str) -> None:
+    """Raise ValueError unless the file's header (8-byte length, then JSON) accounts for its length."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{name} is too short for a safetensors header")
+        (length,) = struct.unpack("<Q", head)
+        size = os.fstat(f.fileno()).st_size
+        if length > size - 8:
+            raise ValueError(f"{name}: its header claims {length:,} bytes, the file has {size:,}")
+        try:
+            header = json.loads(f.read(length).decode("utf-8"))  # UTF-8 by the format: no guessing from zeros
+        except ValueError as exc:
+            raise ValueError(f"{name}: its header is not JSON ({exc})") from None
+    ends = [t["data_offsets"][1] for key, t in header.items() if key != "__metadata__"]
+    if 8 + length + max(ends, default=0) != size:
+        raise ValueError(f"{name}: its tensors end at byte {8 + length + max(ends, default=0):,}, the file has {size:,}")
