@@ -283,3 +283,19 @@ def skip_unless_local_locks(lock_file: Path) -> None:
             pytest.skip("the hand-off is for local filesystems (flock may be made of byte locks elsewhere)")
     finally:
         os.close(fd)
+
+
+def claim_byte_free(lock_file: str | os.PathLike[str], slot: int) -> bool:
+    """Whether no process holds the claim byte of box ``slot`` of ``lock_file`` (``_lock.mailbox``):
+    a waiter lets go of it just after it posted, and a holder passes by a box whose byte is held."""
+    import fcntl
+    import struct
+
+    from trainstatus._lock import mailbox
+
+    fd = os.open(lock_file, os.O_RDWR)
+    try:
+        claim = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, mailbox._CLAIM_BYTES + slot, 1, 0)
+        return bool(struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, claim))[0] == fcntl.F_UNLCK)
+    finally:
+        os.close(fd)

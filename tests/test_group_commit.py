@@ -9,7 +9,6 @@ in the file; every set whose write failed must raise, and memory must match the 
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import select
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import end_processes, read_fresh, skip_unless_local_locks
+from _helpers import claim_byte_free, end_processes, read_fresh, skip_unless_local_locks
 
 import trainstatus._storage.atomic
 from trainstatus._lock import fair as _fair, mailbox as _mailbox
@@ -436,12 +435,7 @@ def posted(lock_file: Path, pid: int) -> bool:
     for slot in range(_fair._SLOTS):
         head = data[_mailbox.box_of(slot):_mailbox.box_of(slot) + 12]
         if len(head) == 12 and struct.unpack("<III", head) == (_mailbox._MAGIC, _mailbox.PENDING, pid):
-            fd = os.open(lock_file, os.O_RDWR)
-            try:
-                claim = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _mailbox._CLAIM_BYTES + slot, 1, 0)
-                return bool(struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, claim))[0] == fcntl.F_UNLCK)
-            finally:
-                os.close(fd)
+            return claim_byte_free(lock_file, slot)
     return False
 
 

@@ -10,7 +10,6 @@ that gives up takes back a change no holder took and waits for one that a holder
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import end_processes, skip_unless_local_locks
+from _helpers import claim_byte_free, end_processes, skip_unless_local_locks
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -176,14 +175,7 @@ def _posted_and_let_go(lock_file: Path, pid: int) -> bool:
     machine, made the tests that count on it being carried wait for nothing). ``_posted`` also
     returns once the waiter is stopped: one a test stops holding the byte never lets go."""
     slot = next((s for s, (p, state) in _slots(lock_file).items() if p == pid and state == _mailbox.PENDING), None)
-    if slot is None:
-        return False
-    fd = os.open(lock_file, os.O_RDWR)
-    try:
-        claim = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _mailbox._CLAIM_BYTES + slot, 1, 0)
-        return bool(struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, claim))[0] == fcntl.F_UNLCK)
-    finally:
-        os.close(fd)
+    return slot is not None and claim_byte_free(lock_file, slot)
 
 
 @contextmanager
