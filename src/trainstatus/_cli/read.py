@@ -37,7 +37,7 @@ __all__ = ["_cmd_get", "_cmd_show"]
 
 
 def _values(args: argparse.Namespace) -> Values:
-    """The file's values, or a one-line error; warns about names given twice (like ``_cli._validated``)."""
+    """The file's values, or a one-line error; warns about names given twice."""
     path = args.path
     try:
         values = load_values(read_object(args) if is_url(path) else _read_status(path))

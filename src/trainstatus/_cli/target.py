@@ -5,7 +5,7 @@ kept apart from them so none imports another: the real directory and name behind
 resolved), how to show a file beside it, the copies kept aside there, ``--root``, and the
 ``StatusStore`` that ``set``, ``delete`` and ``prune-missing`` write through.
 
-Imports ``base`` and ``names`` of the command line, the history, file names and loading of the
+Imports ``base`` and ``names`` of the command line, the history and file names of the
 package; the store only when a command opens one (``lazy_module``): ``check`` and ``corrupt`` read
 alone.
 """
@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from .._storage import history as _history, filenames as _names
-from .base import _duplicate_problem, _Fail, _json, _read_status, is_url, storage_options
-from .._errors import TrainingStatusWarning
-from .._load import Corrupt, Document, load_document
+from .base import _Fail, _json, is_url, storage_options
 from .names import PROG
 from .._lazy import lazy_module
 
@@ -33,21 +30,6 @@ else:  # only the commands that write need it: check reads alone
 
 __all__ = ["_bad_root", "_copies", "_faults_shown", "_open_store", "_root", "_shown_directory", "_target",
            "_where_to_look"]
-
-
-def _load(path: str) -> Document:
-    """The parsed document, or a one-line error; changes nothing (a damaged file stays put)."""
-    return _validated(path, _read_status(path))
-
-
-def _validated(path: str, data: bytes) -> Document:
-    try:
-        document = load_document(data)
-    except Corrupt as exc:
-        raise _Fail(f"{path} is damaged: {exc.reason}; it was left as it is (`{PROG} check` tells more)") from None
-    for duplicate in document.duplicates:
-        warnings.warn(TrainingStatusWarning(f"{path}: {_duplicate_problem(duplicate)}", path=path), stacklevel=2)
-    return document
 
 
 def _target(path: str) -> tuple[str, str]:
