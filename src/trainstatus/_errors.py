@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 __all__ = [
     "TrainingStatusBackendError",
     "TrainingStatusCheckpointError",
+    "TrainingStatusCheckpointNotShared",
     "TrainingStatusCheckpointWarning",
+    "TrainingStatusCollectiveError",
     "TrainingStatusConflictError",
     "TrainingStatusCorruptError",
     "TrainingStatusCorruptWarning",
@@ -226,6 +228,44 @@ class TrainingStatusCheckpointError(TrainingStatusError, OSError):
         context = self._context()
         context["errno"] = self.errno
         context["file_path"] = self.file_path
+        return (_rebuild, (type(self), str(self), context))
+
+
+class TrainingStatusCheckpointNotShared(TrainingStatusCheckpointError):
+    """The ranks of a process group do not see the same checkpoint files (node-local output folders,
+    a share not mounted on every node), so the checkpoint cannot be recorded or resumed from.
+
+    Raised on every rank alike, by a record (nothing recorded) or a resume decision (nothing
+    chosen). ``ranks`` are those that see other files than rank 0 (or none), ``hosts`` their hosts.
+    """
+
+    def __init__(self, message: str, *, ranks: list[int] | None = None, hosts: list[str] | None = None,
+                 file_path: str | None = None, errno: int | None = None, **context: Any) -> None:
+        super().__init__(message, file_path=file_path, errno=errno, **context)
+        self.ranks = list(ranks or [])
+        self.hosts = list(hosts or [])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = self._context()
+        context.update(errno=self.errno, file_path=self.file_path, ranks=self.ranks, hosts=self.hosts)
+        return (_rebuild, (type(self), str(self), context))
+
+
+class TrainingStatusCollectiveError(TrainingStatusError, TimeoutError):
+    """A collective of a record or a resume decision under ``torch.distributed`` failed: a rank did
+    not answer within the timeout (it stopped, or is stuck in its save). The message names the
+    rank(s) that did not answer as far as this rank can tell; ``rank`` is this process's rank.
+    Nothing more was recorded or chosen by this rank.
+    """
+
+    def __init__(self, message: str, *, rank: int | None = None, **context: Any) -> None:
+        OSError.__init__(self, message)
+        self.rank = rank
+        self._set_context(context)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = self._context()
+        context["rank"] = self.rank
         return (_rebuild, (type(self), str(self), context))
 
 

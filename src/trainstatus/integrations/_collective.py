@@ -1,0 +1,327 @@
+"""A checkpoint's record and a run's resume decision as collectives of ``torch.distributed``.
+
+When several processes write one checkpoint (each rank its RNG state, under FSDP, DeepSpeed or DCP
+its shards), the record must wait for all of them, and every rank must resume from the same one.
+This module rides on the process group the training engine already made (``torchrun``,
+Accelerate, Lightning, Ray Train all initialize one): no barrier over files, no server of ours.
+
+- ``record``: every rank calls it once its own save returned. Each rank fsyncs every file it sees
+  in the checkpoint folder (its own among them: a writer's dirty pages are only flushed from its
+  own machine), and the folders above; a ``monitored_barrier`` waits for every rank (naming the
+  ones that do not arrive within the timeout); the ranks then gather to rank 0 what each sees of
+  the folder (each file with its size, and the host); rank 0 checks that it sees every file any
+  rank sees, with the same size, and only then records (``write``); its outcome (the entry, or the
+  error) is broadcast, so every rank returns the same entry or raises the same error, and no rank
+  goes on (and no rotation removes anything) before the record is on disk.
+- ``decide``: rank 0 chooses the checkpoint (reading the status file and the checkpoints' metadata
+  once, not once per rank) and broadcasts it; every rank checks it sees each recorded file with its
+  recorded size; if any cannot, every rank raises the same ``TrainingStatusCheckpointNotShared``
+  naming the ranks and hosts that cannot.
+
+The collectives run on a gloo group of their own, made once per timeout (under NCCL too: objects
+are gathered through gloo, never files' contents through anything). Without an initialized process
+group of two or more ranks, ``record`` and ``decide`` are the one-process calls they wrap.
+
+torch is never imported here: a process group exists only if the program imported
+``torch.distributed``, so ``sys.modules`` says whether there is one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import socket
+import stat
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from .._checkpoints.files import FILES
+from .._checkpoints.folders import sync_folders_above
+from .._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointNotShared,
+    TrainingStatusCollectiveError,
+    TrainingStatusError,
+)
+from .._storage import atomic as _atomic
+
+__all__ = ["DEFAULT_TIMEOUT", "Ranks", "decide", "entry_files", "ranks", "record"]
+
+DEFAULT_TIMEOUT = 1800.0
+"""Seconds a collective waits for every rank when no timeout is given: torch's own default
+(``torch.distributed.default_pg_timeout``), which no public API reads back from a process group."""
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranks:
+    """This process's place in the default process group."""
+
+    rank: int
+    world_size: int
+    host: str
+
+
+def ranks() -> Ranks | None:
+    """This process's rank, the world size and this host, or None when no process group of two or
+    more ranks is initialized (then every call of this module is the one-process call it wraps)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    world = int(dist.get_world_size())
+    if world < 2:
+        return None
+    return Ranks(int(dist.get_rank()), world, socket.gethostname())
+
+
+def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]], *, what: str,
+           timeout: float | None = None) -> dict[str, Any]:
+    """Record the checkpoint folder ``folder`` once every rank's files in it are durable.
+
+    ``write(synced)`` records it (``CheckpointList.add``) and returns the entry; it runs on rank 0
+    only, with ``synced=True`` (every file, the folder and the folders above up to
+    ``status_path``'s are fsynced). Every rank returns the entry rank 0 recorded, or raises the
+    error it raised. ``what`` names the checkpoint in messages (``"checkpoint-30 of /runs/a"``).
+    Without a process group: ``write(False)`` (``add`` syncs the files itself).
+    """
+    me = ranks()
+    if me is None:
+        return write(False)
+    group, seconds = _group(timeout)
+    # 1. What this rank wrote is complete (its save returned): make it, and what it sees of the
+    #    others', durable. A failure here is reported to rank 0 through the gather, not raised
+    #    alone (a rank raising alone leaves the others waiting until the timeout).
+    problem: str | None = None
+    try:
+        _sync_folder(folder, status_path)
+    except OSError as exc:
+        problem = f"syncing {exc.filename or folder} failed ({exc.strerror or exc})"
+    # 2. Every rank's save has returned: from here on the files are final.
+    _barrier(group, seconds, me, f"recording {what}", "did not reach the record (a save still running, "
+                                                      "or a rank that stopped)")
+    view: Mapping[str, int] | None = None
+    if problem is None:
+        try:
+            view = _sizes(folder)
+        except OSError as exc:
+            problem = f"listing {exc.filename or folder} failed ({exc.strerror or exc})"
+    views = _gather((me.rank, me.host, view, problem), group, seconds, me, f"recording {what}")
+    outcome: Any = None
+    if me.rank == 0:
+        assert views is not None
+        try:
+            _check_views(views, folder, what)
+            outcome = write(True)
+        except TrainingStatusError as exc:
+            outcome = exc
+    outcome = _broadcast(outcome, group, seconds, me, f"recording {what}")
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return dict(outcome)
+
+
+def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], root: str, *, what: str,
+           timeout: float | None = None) -> T:
+    """The resume decision ``choose()`` (rank 0 runs it), the same on every rank.
+
+    ``files(chosen)`` are the chosen checkpoint's recorded files (paths relative to ``root``, with
+    their sizes): every rank checks it sees each with its size. If any rank cannot, every rank
+    raises the same ``TrainingStatusCheckpointNotShared``; an error ``choose`` raised is raised on
+    every rank. Without a process group: ``choose()``.
+    """
+    me = ranks()
+    if me is None:
+        return choose()
+    group, seconds = _group(timeout)
+    chosen: Any = None
+    if me.rank == 0:
+        try:
+            chosen = choose()
+        except TrainingStatusError as exc:
+            chosen = exc
+    chosen = _broadcast(chosen, group, seconds, me, f"choosing {what}")
+    if isinstance(chosen, BaseException):
+        raise chosen
+    problem = None if chosen is None else _unseen(root, files(chosen))
+    reports = _all_gather((me.rank, me.host, problem), group, seconds, me, f"choosing {what}")
+    failed = [(rank, host, why) for rank, host, why in reports if why is not None]
+    if failed:
+        listed = "; ".join(f"rank {rank} on {host}: {why}" for rank, host, why in sorted(failed))
+        which = ", ".join(str(rank) for rank, _, _ in sorted(failed))
+        raise TrainingStatusCheckpointNotShared(
+            f"Not every rank can resume from {what}: {listed}. Every rank must see the same checkpoint "
+            f"folder (rank{'s' if len(failed) > 1 else ''} {which} cannot), so none resumes. Put the "
+            "checkpoints on storage every node mounts at the same path (a shared filesystem), or copy "
+            "the folder to every node's path, and start again.",
+            ranks=[rank for rank, _, _ in sorted(failed)], hosts=sorted({host for _, host, _ in failed}),
+        )
+    return chosen  # type: ignore[no-any-return]
+
+
+# -- the steps ----------------------------------------------------------------------------------
+
+
+def _sync_folder(folder: str, status_path: str) -> None:
+    """fsync every regular file under ``folder``, each folder in it (deepest first), ``folder``, and
+    the folders above it up to ``status_path``'s."""
+    folders: list[str] = []
+    for current, subfolders, names in os.walk(folder, onerror=_raise):
+        subfolders.sort()
+        folders.append(current)
+        for name in sorted(names):
+            path = os.path.join(current, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    _atomic.sync_file(fd)
+                finally:
+                    os.close(fd)
+    for current in reversed(folders):
+        _atomic.sync_directory(current)
+    sync_folders_above([folder], status_path)
+
+
+def _sizes(folder: str) -> dict[str, int]:
+    """Each regular file under ``folder`` (relative path) with its size: what this rank sees."""
+    sizes: dict[str, int] = {}
+    for current, subfolders, names in os.walk(folder, onerror=_raise):
+        subfolders.sort()
+        for name in sorted(names):
+            path = os.path.join(current, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode):
+                sizes[os.path.relpath(path, folder)] = info.st_size
+    return sizes
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
+def _check_views(views: list[Any], folder: str, what: str) -> None:
+    """Rank 0's check of what every rank sees: each file any rank sees is seen by rank 0, with the
+    same size. Raises the error every rank will raise."""
+    problems: list[str] = []
+    own = views[0][2] or {}
+    for rank, host, view, problem in views:
+        if problem is not None:
+            problems.append(f"rank {rank} on {host}: {problem}")
+            continue
+        unseen = sorted(name for name in view if name not in own)
+        differ = sorted(name for name, size in view.items() if name in own and own[name] != size)
+        if unseen:
+            problems.append(f"rank {rank} on {host} wrote {_some(unseen)}, which rank 0 on {views[0][1]} does not see")
+        if differ:
+            shown = ", ".join(f"{name} ({view[name]} bytes, rank 0 sees {own[name]})" for name in differ[:3])
+            problems.append(f"rank {rank} on {host} sees {shown}{' and more' if len(differ) > 3 else ''}")
+    if problems:
+        raise TrainingStatusCheckpointNotShared(
+            f"Cannot record {what}: the ranks do not see the same files in {folder}: {'; '.join(problems)}. "
+            "Nothing was recorded. Every rank must write its files into one folder that every node sees at "
+            "the same path (a shared filesystem); node-local output folders cannot hold a checkpoint that "
+            "every rank resumes from.",
+            ranks=sorted({rank for rank, _, view, problem in views if problem is not None or view != own}),
+            hosts=sorted({host for _, host, view, problem in views if problem is not None or view != own}),
+            file_path=folder,
+        )
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _unseen(root: str, files: Mapping[str, int]) -> str | None:
+    """Why this rank cannot use the recorded files (relative to ``root``), or None."""
+    for name, size in files.items():
+        path = os.path.join(root, name)
+        try:
+            seen = os.stat(path).st_size
+        except OSError as exc:
+            return f"{path} is not there ({exc.strerror or exc})"
+        if seen != size:
+            return f"{path} has {seen} bytes, {size} recorded"
+    return None
+
+
+def entry_files(entry: Mapping[str, Any] | None) -> dict[str, int]:
+    """A recorded entry's files with their sizes (``files``), for ``decide``."""
+    if entry is None or not isinstance(entry.get(FILES), Mapping):
+        return {}
+    return {name: size for name, size in entry[FILES].items() if type(size) is int}
+
+
+# -- the collectives ----------------------------------------------------------------------------
+
+_GROUPS: dict[tuple[int, float], Any] = {}
+
+
+def _group(timeout: float | None) -> tuple[Any, float]:
+    """The gloo group of this process group and ``timeout`` (made on first use: every rank makes it
+    at the same call, as ``new_group`` requires), and the timeout in seconds."""
+    import torch.distributed as dist
+
+    seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    key = (id(dist.distributed_c10d._get_default_group()), seconds)
+    group = _GROUPS.get(key)
+    if group is None:
+        group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
+        _GROUPS[key] = group
+    return group, seconds
+
+
+def _failed(me: Ranks, doing: str, seconds: float, who: str, exc: BaseException) -> TrainingStatusCollectiveError:
+    return TrainingStatusCollectiveError(
+        f"Rank {me.rank} of {me.world_size} on {me.host}, {doing}: {who} within {seconds:g} s ({exc}). "
+        "Nothing more was recorded or chosen by this rank. Look at that rank's own output (it may have "
+        "crashed or be stuck in its save); a larger timeout= helps only a rank that is slow, not one that stopped.",
+        rank=me.rank,
+    )
+
+
+def _barrier(group: Any, seconds: float, me: Ranks, doing: str, late: str) -> None:
+    import torch.distributed as dist
+
+    try:
+        dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=seconds), wait_all_ranks=True)
+    except RuntimeError as exc:
+        # Rank 0 hears from each rank and names those that did not answer ("Ranks 1, 3 failed to
+        # pass monitoredBarrier"); the others only hear from rank 0.
+        who = f"some ranks {late}" if me.rank == 0 else f"rank 0 did not answer ({late} there)"
+        raise _failed(me, doing, seconds, who, exc) from exc
+
+
+def _gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any] | None:
+    import torch.distributed as dist
+
+    out: list[Any] | None = [None] * me.world_size if me.rank == 0 else None
+    try:
+        dist.gather_object(item, out, dst=0, group=group)
+    except RuntimeError as exc:
+        raise _failed(me, doing, seconds, "a rank stopped answering", exc) from exc
+    return out
+
+
+def _all_gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any]:
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * me.world_size
+    try:
+        dist.all_gather_object(out, item, group=group)
+    except RuntimeError as exc:
+        raise _failed(me, doing, seconds, "a rank stopped answering", exc) from exc
+    return out
+
+
+def _broadcast(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> Any:
+    import torch.distributed as dist
+
+    box = [item]
+    try:
+        dist.broadcast_object_list(box, src=0, group=group)
+    except RuntimeError as exc:
+        raise _failed(me, doing, seconds, "rank 0 did not answer" if me.rank else "a rank stopped answering",
+                      exc) from exc
+    return box[0]
