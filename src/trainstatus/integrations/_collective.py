@@ -40,7 +40,6 @@ from typing import Any, TypeVar
 from .._checkpoints.files import FILES
 from .._checkpoints.folders import sync_folders_above
 from .._errors import (
-    TrainingStatusCheckpointError,
     TrainingStatusCheckpointNotShared,
     TrainingStatusCollectiveError,
     TrainingStatusError,

@@ -1,0 +1,199 @@
+"""``torch.distributed.checkpoint`` (DCP): a save recorded once every rank's shards are durable, and
+one resume decision for every rank.
+
+DCP saves a folder (each rank's ``.distcp`` files, then ``.metadata`` by the coordinator) and
+``dcp.load`` reads whatever folder it is given; which folder is the newest complete one is the
+training loop's business, and a loop that takes the highest step number resumes from a save a kill
+cut short. Here:
+
+- ``record(checkpoint_dir, step)``: every rank calls it after ``dcp.save`` returned (or its
+  ``dcp.async_save`` future completed). Each rank fsyncs what it sees of the folder; the ranks wait
+  for each other (``torch.distributed``'s own collectives, on a gloo group); rank 0 checks it sees
+  every rank's files with the same sizes and records the folder (every file with its size,
+  ``.metadata`` included) in the status file, once; every rank returns when that record is on disk.
+- ``last_complete_checkpoint(directory)``: rank 0 picks the newest recorded folder whose files are
+  all there with their recorded sizes and whose ``.metadata`` names only bytes inside them (no
+  tensor is read); every rank checks it sees that folder, and every rank gets the same answer.
+
+Usage (two lines beside DCP's own)::
+
+    import torch.distributed.checkpoint as dcp
+    from trainstatus.integrations.dcp import last_complete_checkpoint, record
+
+    resume = last_complete_checkpoint("ckpt")          # every rank: the same folder, or None
+    if resume is not None:
+        dcp.load(state_dict, checkpoint_id=resume)
+    ...
+    folder = f"ckpt/step-{step}"
+    dcp.save(state_dict, checkpoint_id=folder)
+    record(folder, step, keep=3)                       # every rank
+
+Without an initialized process group (one process) both work the same, without the collectives.
+``torch`` is imported only to read ``.metadata`` (``last_complete_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .._checkpoints.checkpoint_list import CheckpointList
+from .._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
+    warn,
+)
+from .._store import StatusStore
+from ._collective import decide, entry_files
+from ._collective import record as _record
+from ._common import choose, drop, reasons
+from ._dcp_folders import METADATA, whole
+
+__all__ = ["CATEGORY", "STATUS_FILE", "last_complete_checkpoint", "record"]
+
+STATUS_FILE = "training_status.json"
+"""The status file's name in the folder that holds the checkpoint folders, unless ``status_path`` says otherwise."""
+
+CATEGORY = "dcp"
+"""The category of the status file the checkpoints are listed under (``dcp/checkpoints``)."""
+
+PathLike = str | os.PathLike[str]
+
+
+def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None = None, keep: int | None = None,
+           reward: float | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """Record the DCP folder ``checkpoint_dir`` at ``step`` once every rank's files are durable.
+
+    Every rank calls it, with the same arguments, after ``dcp.save(state_dict,
+    checkpoint_id=checkpoint_dir)`` returned, or after the future of ``dcp.async_save`` completed
+    (never before: the record names the files with the sizes they have then). The status file is
+    ``training_status.json`` beside ``checkpoint_dir`` (in its parent folder) unless
+    ``status_path`` names another; the folder is recorded under ``dcp/checkpoints`` relative to
+    that parent folder, with every file in it and its size, ``.metadata`` included.
+
+    - Every rank fsyncs each file it sees in the folder, the folder and the folders above it up to
+      the status file's; rank 0 records only after every rank did, and only if it sees every file
+      each rank sees, with the same size (``TrainingStatusCheckpointNotShared`` on every rank if
+      not: node-local folders). Every rank returns the entry recorded, once it is on disk.
+    - Entries of steps after ``step`` are dropped from the list first (a run that went back to an
+      older checkpoint saves over those folders; their files stay on disk).
+    - ``keep=N``: after the record is on disk, the oldest entries beyond N are dropped from the list
+      in one write and only then their folders removed; a folder never recorded (a save in
+      progress, or one a kill cut short) is never removed. ``None`` keeps every folder.
+    - ``reward``: a score to keep with the entry (a validation loss), or None.
+    - ``timeout``: seconds every collective waits for every rank (default 1800, torch's own);
+      a rank that does not answer in time is named in a ``TrainingStatusCollectiveError``.
+    """
+    folder = _folder(checkpoint_dir, "record")
+    if type(step) is bool or not isinstance(step, numbers.Integral) or step < 0:
+        raise (TrainingStatusValueError if isinstance(step, numbers.Integral) and type(step) is not bool
+               else TrainingStatusTypeError)(
+            f"record({os.fspath(checkpoint_dir)!r}, step=...) needs the training step as an int >= 0, not {step!r}."
+        )
+    root, name = os.path.split(folder)
+    path = _status_path(root, status_path)
+
+    def write(synced: bool) -> dict[str, Any]:
+        if not os.path.isfile(os.path.join(folder, METADATA)):
+            raise TrainingStatusCheckpointError(
+                f"Cannot record {folder}: it has no {METADATA}, which torch.distributed.checkpoint writes last. "
+                "Call record() after dcp.save() returned on every rank (or after dcp.async_save()'s future "
+                "completed), with the folder given to it as checkpoint_id. Nothing was recorded.",
+                path=path, category=CATEGORY, file_path=name,
+            )
+        store = StatusStore(path)
+        try:
+            checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
+            drop(checkpoints, lambda entry: _later(entry, int(step)))
+            return checkpoints.add(int(step), name, reward=reward, synced=synced)
+        finally:
+            store.close()
+
+    return _record(folder, path, write, what=f"{folder} (step {step})", timeout=timeout)
+
+
+def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | None = None,
+                             timeout: float | None = None) -> str | None:
+    """The newest recorded DCP folder of ``directory`` that is whole, or None: for ``dcp.load``.
+
+    ``directory`` holds the checkpoint folders and, unless ``status_path`` says otherwise, the
+    status file ``training_status.json`` (what ``record`` writes by default). Newest is the highest
+    step. A folder counts when every file recorded in it is there with its recorded size, and
+    ``.metadata`` was recorded and names only bytes inside the recorded files (no tensor is read).
+    Newer recorded folders passed over are named, with the reason, in one
+    ``TrainingStatusCheckpointWarning``, and dropped from the list: this run saves over them as it
+    reaches their steps, and a folder half saved over must never be found listed (same-size shards
+    would pass the size check). Their files stay on disk.
+
+    Under a process group every rank calls it: rank 0 reads the status file and the metadata, once;
+    every rank checks it sees the chosen folder with every recorded size, and gets the same path;
+    if any rank cannot see it, every rank raises the same ``TrainingStatusCheckpointNotShared``
+    naming the ranks and hosts. None when nothing is recorded (a fresh run) or nothing recorded is whole.
+    """
+    root = _folder(directory, "read")
+    path = _status_path(root, status_path)
+    shown = os.fspath(directory)
+
+    def pick() -> dict[str, Any] | None:
+        if not os.path.exists(path) and not _history(path):
+            return None
+        store = StatusStore(path, resume=True)
+        try:
+            checkpoints = CheckpointList(store, CATEGORY, keep=None, root=root)
+            entry, skipped = choose(checkpoints, whole(root))
+            if skipped:
+                newest = -1 if entry is None else entry["steps"]
+                drop(checkpoints, lambda e: _later(e, newest))
+                _warn_passed_over(entry, skipped, path, root, shown)
+            return entry
+        finally:
+            store.close()
+
+    entry = decide(pick, entry_files, root, what=f"the newest complete checkpoint of {shown}", timeout=timeout)
+    return None if entry is None else os.path.join(shown, entry["file_path"])
+
+
+def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, str]], path: str, root: str,
+                      shown: str) -> None:
+    """Say which newer recorded folders a resume passed over, and that they are no longer listed."""
+    if entry is not None:
+        start = f"{os.path.join(shown, entry['file_path'])} is the newest whole checkpoint recorded in {path}"
+        fresh = ""
+    else:
+        start = f"No checkpoint recorded in {path} can be resumed from"
+        fresh = " last_complete_checkpoint() returns None: the run starts from scratch."
+    warn(TrainingStatusCheckpointWarning(
+        f"{start}; the newer ones cannot be resumed from: {reasons(skipped)}.{fresh} They are no longer listed "
+        f"(this run saves over their folders as it reaches their steps, and a folder half saved over must not "
+        f"be found listed); their files are left in {root}. To keep them, stop and move them out of {root}, "
+        "or save into another folder.",
+        skipped=list(skipped), path=path, category=CATEGORY,
+    ))
+
+
+def _later(entry: Mapping[str, Any], step: int) -> bool:
+    steps = entry.get("steps")
+    return type(steps) is int and steps > step
+
+
+def _folder(given: Any, action: str) -> str:
+    if not isinstance(given, (str, os.PathLike)) or "://" in os.fspath(given):
+        raise TrainingStatusTypeError(
+            f"trainstatus.integrations.dcp cannot {action} {given!r}: give the checkpoint folder as a local "
+            "path (str or os.PathLike), the one passed to dcp.save(checkpoint_id=...)."
+        )
+    return os.path.abspath(os.fspath(given))
+
+
+def _status_path(root: str, status_path: PathLike | None) -> str:
+    return os.path.join(root, STATUS_FILE) if status_path is None else os.path.abspath(os.fspath(status_path))
+
+
+def _history(path: str) -> bool:
+    from .._storage import history
+
+    return bool(history.versions(os.path.dirname(path), os.path.basename(path)))
