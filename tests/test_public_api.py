@@ -22,6 +22,8 @@ EXPECTED_ALL = [
     "StatusType",
     "TrainingStatusBackendError",
     "TrainingStatusCheckpointError",
+    "TrainingStatusCheckpointNotShared",
+    "TrainingStatusCollectiveError",
     "TrainingStatusCheckpointWarning",
     "TrainingStatusConflictError",
     "TrainingStatusCorruptError",

@@ -28,6 +28,7 @@ torch is never imported here: a process group exists only if the program importe
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import os
@@ -114,8 +115,9 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
         try:
             _check_views(views, folder, what)
             outcome = write(True)
-        except TrainingStatusError as exc:
-            outcome = exc
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, then rank 0 raises it
+            _broadcast(_shipped(exc, me, f"recording {what}"), group, seconds, me, f"recording {what}")
+            raise
     outcome = _broadcast(outcome, group, seconds, me, f"recording {what}")
     if isinstance(outcome, BaseException):
         raise outcome
@@ -139,8 +141,9 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
     if me.rank == 0:
         try:
             chosen = choose()
-        except TrainingStatusError as exc:
-            chosen = exc
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, then rank 0 raises it
+            _broadcast(_shipped(exc, me, f"choosing {what}"), group, seconds, me, f"choosing {what}")
+            raise
     chosen = _broadcast(chosen, group, seconds, me, f"choosing {what}")
     if isinstance(chosen, BaseException):
         raise chosen
@@ -158,6 +161,17 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
             ranks=[rank for rank, _, _ in sorted(failed)], hosts=sorted({host for _, host, _ in failed}),
         )
     return chosen  # type: ignore[no-any-return]
+
+
+def _shipped(exc: Exception, me: Ranks, doing: str) -> TrainingStatusError:
+    """What the other ranks raise for the error rank 0 met: the same error when it is one of ours
+    (they pickle whole), else a ``TrainingStatusError`` that names it (any other may not pickle)."""
+    if isinstance(exc, TrainingStatusError):
+        return exc
+    return TrainingStatusError(
+        f"Rank 0 on {me.host} failed {doing}: {type(exc).__name__}: {exc}. Rank 0 raised it; its output "
+        "has the whole traceback."
+    )
 
 
 # -- the steps ----------------------------------------------------------------------------------
@@ -254,20 +268,27 @@ def entry_files(entry: Mapping[str, Any] | None) -> dict[str, int]:
 
 # -- the collectives ----------------------------------------------------------------------------
 
-_GROUPS: dict[tuple[int, float], Any] = {}
+_GROUPS: dict[float, Any] = {}  # timeout: the gloo group made for it
 
 
 def _group(timeout: float | None) -> tuple[Any, float]:
     """The gloo group of this process group and ``timeout`` (made on first use: every rank makes it
-    at the same call, as ``new_group`` requires), and the timeout in seconds."""
+    at the same call, as ``new_group`` requires), and the timeout in seconds.
+
+    A group destroyed since (``destroy_process_group()`` destroys every group; a run may then
+    initialize a new one) is no longer in torch's registry of groups, and is made again. Only our
+    own group is kept: holding the default group's object past its ``destroy_process_group()``
+    made torch abort at exit ("terminate called without an active exception") now and then.
+    """
     import torch.distributed as dist
 
     seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    key = (id(dist.distributed_c10d._get_default_group()), seconds)
-    group = _GROUPS.get(key)
-    if group is None:
+    group = _GROUPS.get(seconds)
+    if group is None or group not in dist.distributed_c10d._world.pg_map:
         group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
-        _GROUPS[key] = group
+        if not _GROUPS:
+            atexit.register(_GROUPS.clear)  # released before the interpreter's own teardown
+        _GROUPS[seconds] = group
     return group, seconds
 
 
