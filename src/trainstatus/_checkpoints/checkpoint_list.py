@@ -235,8 +235,16 @@ class CheckpointList:
         written or removed (``TrainingStatusTypeError``, ``TrainingStatusValueError``,
         ``TrainingStatusCheckpointError``).
         """
+        return self._add(steps, file_path, reward=reward, auxillary_file_paths=auxillary_file_paths,
+                         creation_time=creation_time, synced=synced)
+
+    def _add(self, steps: Any, file_path: Any, *, reward: Any = None, auxillary_file_paths: Any = (),
+             creation_time: Any = None, synced: Any = False, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``add``, with ``fields`` after the entry's own (the integrations' ``world_size``; a name
+        of the entry's own is not replaced)."""
         entry, paths = self._prepare(CHECKPOINTS, steps, file_path, reward, auxillary_file_paths,
                                      creation_time, synced)
+        entry.update((name, value) for name, value in (fields or {}).items() if name not in entry)
         if _in_transaction(self._store):
             # The record would only be written when the caller's transaction ends, after this
             # returns: removing the dropped files now could leave them listed, and later is not ours.

@@ -47,7 +47,7 @@ from .._errors import (
 )
 from .._storage import atomic as _atomic
 
-__all__ = ["DEFAULT_TIMEOUT", "Ranks", "decide", "entry_files", "ranks", "record"]
+__all__ = ["DEFAULT_TIMEOUT", "Ranks", "decide", "entry_fields", "entry_files", "ranks", "record"]
 
 DEFAULT_TIMEOUT = 1800.0
 """Seconds a collective waits for every rank when no timeout is given: torch's own default
@@ -75,6 +75,14 @@ def ranks() -> Ranks | None:
     if world < 2:
         return None
     return Ranks(int(dist.get_rank()), world, socket.gethostname())
+
+
+def entry_fields() -> dict[str, Any]:
+    """What a record made under a process group keeps in the checkpoint's entry besides ML-Agents'
+    fields and ``files``: ``world_size``, the number of ranks that wrote it (none without a group).
+    Pass it to ``CheckpointList._add(..., fields=...)`` in ``write``."""
+    me = ranks()
+    return {} if me is None else {"world_size": me.world_size}
 
 
 def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]], *, what: str,
