@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from .._checkpoints.files import FILES
 from .._checkpoints.folders import sync_folders_above
 from .._errors import (
+    TrainingStatusCheckpointError,
     TrainingStatusCheckpointNotShared,
     TrainingStatusCollectiveError,
     TrainingStatusError,
@@ -225,12 +226,21 @@ def _raise(exc: OSError) -> None:
 def _check_views(views: list[Any], folder: str, what: str) -> None:
     """Rank 0's check of what every rank sees: each file any rank sees is seen by rank 0, with the
     same size. Raises the error every rank will raise."""
+    failed = [f"rank {rank} on {host}: {problem}" for rank, host, _, problem in views if problem is not None]
+    if failed:
+        raise TrainingStatusCheckpointError(
+            f"Cannot record {what}: {'; '.join(failed)}. Nothing was recorded. Check that rank's disk and the "
+            "folder's permissions; the next save is recorded as usual once they are fixed.",
+            file_path=folder,
+        )
     problems: list[str] = []
-    own = views[0][2] or {}
-    for rank, host, view, problem in views:
-        if problem is not None:
-            problems.append(f"rank {rank} on {host}: {problem}")
-            continue
+    own = dict(views[0][2])
+    for rank, host, view, _ in views:
+        for name, size in view.items():
+            if own.get(name) != size:  # rank 0's listing may be stale (NFS caches them): open it to be sure
+                fresh = _opened_size(os.path.join(folder, name))
+                if fresh is not None:
+                    own[name] = fresh
         unseen = sorted(name for name in view if name not in own)
         differ = sorted(name for name, size in view.items() if name in own and own[name] != size)
         if unseen:
@@ -244,10 +254,23 @@ def _check_views(views: list[Any], folder: str, what: str) -> None:
             "Nothing was recorded. Every rank must write its files into one folder that every node sees at "
             "the same path (a shared filesystem); node-local output folders cannot hold a checkpoint that "
             "every rank resumes from.",
-            ranks=sorted({rank for rank, _, view, problem in views if problem is not None or view != own}),
-            hosts=sorted({host for _, host, view, problem in views if problem is not None or view != own}),
+            ranks=sorted({rank for rank, _, view, _ in views if any(own.get(n) != z for n, z in view.items())}),
+            hosts=sorted({host for _, host, view, _ in views if any(own.get(n) != z for n, z in view.items())}),
             file_path=folder,
         )
+
+
+def _opened_size(path: str) -> int | None:
+    """The size of ``path`` as opening it shows (which revalidates a network filesystem's cached
+    attributes, where a listing or a ``stat`` may be stale), or None when it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _some(names: list[str]) -> str:
@@ -259,9 +282,13 @@ def _unseen(root: str, files: Mapping[str, int]) -> str | None:
     for name, size in files.items():
         path = os.path.join(root, name)
         try:
-            seen = os.stat(path).st_size
-        except OSError as exc:
-            return f"{path} is not there ({exc.strerror or exc})"
+            seen: int | None = os.stat(path).st_size
+        except OSError:
+            seen = None
+        if seen != size:
+            seen = _opened_size(path)  # a stale cached attribute (NFS) or negative lookup is not the answer
+        if seen is None:
+            return f"{path} is not there"
         if seen != size:
             return f"{path} has {seen} bytes, {size} recorded"
     return None
