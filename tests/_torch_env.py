@@ -28,6 +28,7 @@ LIBRARIES = {
     "sb3": ["stable-baselines3", "gymnasium"],
     "lightning": ["lightning"],
     "transformers": ["transformers", "accelerate", "safetensors"],
+    "accelerate": ["accelerate"],
 }
 
 

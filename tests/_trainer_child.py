@@ -28,7 +28,7 @@ class ChildTrainer:
 
     def __init__(self, python: Path, env: dict[str, str] | None = None, **options: Any) -> None:
         self.process = subprocess.Popen(
-            [str(python), str(self.script), json.dumps(options)],
+            self.command(python, json.dumps(options)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
         )
@@ -37,6 +37,10 @@ class ChildTrainer:
         self.lines: queue.Queue[str] = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+
+    def command(self, python: Path, options: str) -> list[str]:
+        """The command line of the run: ``script`` with its options (a launcher's, in a subclass)."""
+        return [str(python), str(self.script), options]
 
     def _read(self) -> None:
         assert self.process.stdout is not None

@@ -110,9 +110,17 @@ def torch_python() -> Path:
     return _torch_env.ensure()
 
 
+@pytest.fixture(scope="session")
+def ray_python() -> Path:
+    """The interpreter of the Ray Train environment: builds ``.venv-ray/`` once (tests/_ray_env.py)."""
+    import _ray_env
+
+    return _ray_env.ensure()
+
+
 # A fixture that builds an environment -> the marker of the tests that use it.
 ENVIRONMENT_MARKERS = {"mla_python": pytest.mark.mlagents, "mla_torch_python": pytest.mark.mlagents,
-                       "torch_python": pytest.mark.integrations}
+                       "torch_python": pytest.mark.integrations, "ray_python": pytest.mark.ray}
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker must be there when it looks

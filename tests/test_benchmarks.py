@@ -261,3 +261,29 @@ def test_start_up_runs_keep_bytecode_caches(monkeypatch: pytest.MonkeyPatch, tmp
     env = module._startup_env(str(tmp_path), "/before/src")
     assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
     assert env["PYTHONPATH"] == os.pathsep.join(("/before/src", "/elsewhere"))
+
+
+def test_the_distributed_benchmark_runs_and_reports_what_it_measured(torch_python: Path, tmp_path: Path) -> None:
+    """benchmarks/distributed.py --quick (needs torch: .venv-torch, so the integrations group): every
+    part ran, at the rank counts asked, and the table's ratios are computed from the JSON's medians."""
+    json_path = tmp_path / "report.json"
+    done = subprocess.run(
+        [str(torch_python), str(BENCHMARKS / "distributed.py"), "--quick", "--json", str(json_path),
+         "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    report = json.loads(json_path.read_text())
+    assert [run["ranks"] for run in report["save"]] == [1, 2]
+    assert [run["ranks"] for run in report["collective"]] == [1, 2]
+    for run in report["save"]:
+        medians = run["median_s"]
+        assert set(medians) == {"write", "floor", "dcp", "dcp+record", "torch.save", "torch.save+record"}
+        assert all(value > 0 for value in medians.values())
+        added = (medians["torch.save+record"] - medians["torch.save"]) * 1000
+        assert f"{added:.1f}" in done.stdout
+    resume = report["resume"]
+    assert resume["full read (zipfile.testzip)"]["bytes_read"] >= resume["ckpt_bytes"]
+    assert resume["lightning.last_complete_checkpoint"]["bytes_read"] < resume["ckpt_bytes"] // 10
+    assert resume["dcp.last_complete_checkpoint"]["bytes_read"] < resume["dcp_bytes"] // 10
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # the checkpoints went with their folder

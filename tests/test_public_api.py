@@ -79,12 +79,13 @@ def test_every_public_attribute_is_in_all() -> None:
     # Names without a leading underscore are public; each of them must be declared. dir(), not
     # vars(): the store's names are imported on first use (issue 13), and dir() lists them before
     # that as after. ("@py_builtins" and "@pytest_ar" are pytest's: it rewrites the asserts of
-    # every package that ships a pytest11 plugin, as trainstatus does.) The public submodule
-    # trainstatus.testing shows up here once imported (never by import trainstatus).
+    # every package that ships a pytest11 plugin, as trainstatus does.) The public submodules
+    # trainstatus.testing and trainstatus.integrations show up here once imported (never by
+    # import trainstatus).
     def shown(names: dict[str, object] | list[str]) -> set[str]:
         items = names.items() if isinstance(names, dict) else ((n, getattr(trainstatus, n, None)) for n in names)
         return {n for n, v in items if not n.startswith(("_", "@"))
-                and not (n == "testing" and isinstance(v, types.ModuleType))}
+                and not (n in ("testing", "integrations") and isinstance(v, types.ModuleType))}
 
     public = shown(dir(trainstatus))
     assert public == set(EXPECTED_ALL) - {"__version__"}
@@ -121,7 +122,8 @@ def test_import_does_not_import_numpy_or_boto3() -> None:
         "import trainstatus.integrations\n"
         "store = trainstatus.StatusStore\n"
         "heavy = ('numpy', 'boto3', 'botocore', 'torch', 'stable_baselines3', 'gymnasium', 'lightning',\n"
-        "         'lightning_fabric', 'transformers', 'accelerate', 'safetensors', 'huggingface_hub')\n"
+        "         'lightning_fabric', 'transformers', 'accelerate', 'safetensors', 'huggingface_hub', 'ray',\n"
+        "         'pyarrow')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     assert result.returncode == 0, result.stderr

@@ -25,11 +25,11 @@ def test_ci_runs_the_readme_test_command_word_for_word() -> None:
 
 def test_ci_runs_the_readme_commands_of_the_marked_groups_as_steps_of_their_own() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
-    for marker in ("long", "mlagents", "integrations"):
+    for marker in ("long", "mlagents", "integrations", "ray"):
         command = next(c for c in _readme_commands() if f"-m {marker} " in c)
         assert f"if ! {command}; then" in ci, marker
     # ...and the default run leaves them out (pyproject's addopts), so that they are not run twice.
-    assert "-m 'not long and not mlagents and not integrations'" in (ROOT / "pyproject.toml").read_text()
+    assert "-m 'not long and not mlagents and not integrations and not ray'" in (ROOT / "pyproject.toml").read_text()
 
 
 def test_readme_demo_command_runs_the_example_that_exists() -> None:

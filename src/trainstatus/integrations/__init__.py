@@ -4,6 +4,9 @@
 - ``trainstatus.integrations.lightning``: PyTorch Lightning (``pip install "trainstatus[lightning]"``).
 - ``trainstatus.integrations.transformers``: Hugging Face Transformers' ``Trainer``
   (``pip install "trainstatus[transformers]"``).
+- ``trainstatus.integrations.accelerate``: Hugging Face Accelerate's ``save_state`` and ``load_state``
+  (``pip install "trainstatus[accelerate]"``).
+- ``trainstatus.integrations.ray``: Ray Train v2's controller (``pip install "trainstatus[ray]"``).
 
 Each module imports its library at the top and is imported only by its users: this package imports
 nothing, so ``import trainstatus`` and ``import trainstatus.integrations`` never load torch or any

@@ -28,13 +28,8 @@ torch is never imported here: a process group exists only if the program importe
 
 from __future__ import annotations
 
-import atexit
-import dataclasses
-import datetime
 import os
-import socket
 import stat
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -43,39 +38,19 @@ from .._checkpoints.folders import sync_folders_above
 from .._errors import (
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointNotShared,
-    TrainingStatusCollectiveError,
     TrainingStatusError,
 )
 from .._storage import atomic as _atomic
+from ._collectives import DEFAULT_TIMEOUT, Ranks, ranks
+from ._collectives import all_gather as _all_gather
+from ._collectives import barrier as _barrier
+from ._collectives import broadcast as _broadcast
+from ._collectives import gather as _gather
+from ._collectives import group as _group
 
 __all__ = ["DEFAULT_TIMEOUT", "Ranks", "decide", "entry_fields", "entry_files", "ranks", "record"]
 
-DEFAULT_TIMEOUT = 1800.0
-"""Seconds a collective waits for every rank when no timeout is given: torch's own default
-(``torch.distributed.default_pg_timeout``), which no public API reads back from a process group."""
-
 T = TypeVar("T")
-
-
-@dataclasses.dataclass(frozen=True)
-class Ranks:
-    """This process's place in the default process group."""
-
-    rank: int
-    world_size: int
-    host: str
-
-
-def ranks() -> Ranks | None:
-    """This process's rank, the world size and this host, or None when no process group of two or
-    more ranks is initialized (then every call of this module is the one-process call it wraps)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    world = int(dist.get_world_size())
-    if world < 2:
-        return None
-    return Ranks(int(dist.get_rank()), world, socket.gethostname())
 
 
 def entry_fields() -> dict[str, Any]:
@@ -109,8 +84,7 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
     except OSError as exc:
         problem = f"syncing {exc.filename or folder} failed ({exc.strerror or exc})"
     # 2. Every rank's save has returned: from here on the files are final.
-    _barrier(group, seconds, me, f"recording {what}", "did not reach the record (a save still running, "
-                                                      "or a rank that stopped)")
+    _barrier(group, seconds, me, f"recording {what}")
     view: Mapping[str, int] | None = None
     if problem is None:
         try:
@@ -188,21 +162,38 @@ def _shipped(exc: Exception, me: Ranks, doing: str) -> TrainingStatusError:
 
 def _sync_folder(folder: str, status_path: str) -> None:
     """fsync every regular file under ``folder``, each folder in it (deepest first), ``folder``, and
-    the folders above it up to ``status_path``'s."""
+    the folders above it up to ``status_path``'s.
+
+    Another rank's save may still be running: a file or folder inside that is gone by the time it
+    is opened (a temp file renamed to its final name: safetensors writes so) is passed by. Its
+    writer's rank syncs what it became, once its own save returned, before the barrier."""
     folders: list[str] = []
-    for current, subfolders, names in os.walk(folder, onerror=_raise):
+
+    def gone_inside(exc: OSError) -> None:
+        if not (isinstance(exc, FileNotFoundError) and exc.filename != folder):
+            raise exc
+
+    for current, subfolders, names in os.walk(folder, onerror=gone_inside):
         subfolders.sort()
         folders.append(current)
         for name in sorted(names):
             path = os.path.join(current, name)
-            if stat.S_ISREG(os.lstat(path).st_mode):
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
                 fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-                try:
-                    _atomic.sync_file(fd)
-                finally:
-                    os.close(fd)
+            except FileNotFoundError:
+                continue
+            try:
+                _atomic.sync_file(fd)
+            finally:
+                os.close(fd)
     for current in reversed(folders):
-        _atomic.sync_directory(current)
+        try:
+            _atomic.sync_directory(current)
+        except FileNotFoundError:
+            if current == folder:
+                raise
     sync_folders_above([folder], status_path)
 
 
@@ -299,84 +290,3 @@ def entry_files(entry: Mapping[str, Any] | None) -> dict[str, int]:
     if entry is None or not isinstance(entry.get(FILES), Mapping):
         return {}
     return {name: size for name, size in entry[FILES].items() if type(size) is int}
-
-
-# -- the collectives ----------------------------------------------------------------------------
-
-_GROUPS: dict[float, Any] = {}  # timeout: the gloo group made for it
-
-
-def _group(timeout: float | None) -> tuple[Any, float]:
-    """The gloo group of this process group and ``timeout`` (made on first use: every rank makes it
-    at the same call, as ``new_group`` requires), and the timeout in seconds.
-
-    A group destroyed since (``destroy_process_group()`` destroys every group; a run may then
-    initialize a new one) is no longer in torch's registry of groups, and is made again. Only our
-    own group is kept: holding the default group's object past its ``destroy_process_group()``
-    made torch abort at exit ("terminate called without an active exception") now and then.
-    """
-    import torch.distributed as dist
-
-    seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    group = _GROUPS.get(seconds)
-    if group is None or group not in dist.distributed_c10d._world.pg_map:
-        group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
-        if not _GROUPS:
-            atexit.register(_GROUPS.clear)  # released before the interpreter's own teardown
-        _GROUPS[seconds] = group
-    return group, seconds
-
-
-def _failed(me: Ranks, doing: str, seconds: float, who: str, exc: BaseException) -> TrainingStatusCollectiveError:
-    return TrainingStatusCollectiveError(
-        f"Rank {me.rank} of {me.world_size} on {me.host}, {doing}: {who} within {seconds:g} s ({exc}). "
-        "Nothing more was recorded or chosen by this rank. Look at that rank's own output (it may have "
-        "crashed or be stuck in its save); a larger timeout= helps only a rank that is slow, not one that stopped.",
-        rank=me.rank,
-    )
-
-
-def _barrier(group: Any, seconds: float, me: Ranks, doing: str, late: str) -> None:
-    import torch.distributed as dist
-
-    try:
-        dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=seconds), wait_all_ranks=True)
-    except RuntimeError as exc:
-        # Rank 0 hears from each rank and names those that did not answer ("Ranks 1, 3 failed to
-        # pass monitoredBarrier"); the others only hear from rank 0.
-        who = f"some ranks {late}" if me.rank == 0 else f"rank 0 did not answer ({late} there)"
-        raise _failed(me, doing, seconds, who, exc) from exc
-
-
-def _gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any] | None:
-    import torch.distributed as dist
-
-    out: list[Any] | None = [None] * me.world_size if me.rank == 0 else None
-    try:
-        dist.gather_object(item, out, dst=0, group=group)
-    except RuntimeError as exc:
-        raise _failed(me, doing, seconds, "a rank stopped answering", exc) from exc
-    return out
-
-
-def _all_gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any]:
-    import torch.distributed as dist
-
-    out: list[Any] = [None] * me.world_size
-    try:
-        dist.all_gather_object(out, item, group=group)
-    except RuntimeError as exc:
-        raise _failed(me, doing, seconds, "a rank stopped answering", exc) from exc
-    return out
-
-
-def _broadcast(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> Any:
-    import torch.distributed as dist
-
-    box = [item]
-    try:
-        dist.broadcast_object_list(box, src=0, group=group)
-    except RuntimeError as exc:
-        raise _failed(me, doing, seconds, "rank 0 did not answer" if me.rank else "a rank stopped answering",
-                      exc) from exc
-    return box[0]

@@ -20,7 +20,7 @@ from typing import Any
 
 from .._checkpoints.files import FILES
 
-__all__ = ["METADATA", "chunks", "whole"]
+__all__ = ["METADATA", "chunks", "reader", "whole"]
 
 METADATA = ".metadata"  # torch.distributed.checkpoint.filesystem._metadata_fn: written last, by the coordinator
 
@@ -31,7 +31,7 @@ def chunks(folder: str) -> list[tuple[str, int, int]]:
     Reads ``.metadata`` only (a pickle of a few KB per thousand tensors), with torch's own reader.
     Raises ValueError naming the file when it cannot be read.
     """
-    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
 
     try:
         metadata = FileSystemReader(folder).read_metadata()
@@ -42,6 +42,20 @@ def chunks(folder: str) -> list[tuple[str, int, int]]:
     for info in (metadata.storage_data or {}).values():
         found.append((str(info.relative_path), int(info.offset), int(info.length)))
     return found
+
+
+def reader(root: str) -> None:
+    """Import torch's reader of ``.metadata`` now, or raise ModuleNotFoundError saying why: without
+    it ``whole``'s check would find every folder unreadable, and a resume would drop them all."""
+    try:
+        import torch.distributed.checkpoint.filesystem  # noqa: F401
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            f"Cannot tell whether the checkpoints recorded under {root} are whole: reading their {METADATA} "
+            f"needs torch.distributed.checkpoint, which cannot be imported here ({exc}). Nothing was read or "
+            "dropped; call last_complete_checkpoint() where torch is installed (where the run loads it).",
+            name=exc.name,
+        ) from exc
 
 
 def whole(root: str) -> Callable[[dict[str, Any]], bool]:
@@ -58,8 +72,8 @@ def whole(root: str) -> Callable[[dict[str, Any]], bool]:
             if type(recorded) is not int:
                 raise ValueError(f"{os.path.join(folder, METADATA)} names {name}, which was not recorded with the folder")
             if offset + length > recorded:
-                raise ValueError(f"{os.path.join(folder, METADATA)} names bytes {offset}-{offset + length} of {name}, "
-                                 f"which has {recorded} bytes recorded")
+                raise ValueError(f"{os.path.join(folder, METADATA)} names bytes {offset:,}-{offset + length:,} of "
+                                 f"{os.path.join(folder, name)}, which has {recorded:,} bytes recorded")
         return True
 
     return check

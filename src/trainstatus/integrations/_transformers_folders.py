@@ -4,7 +4,10 @@ newer folders that nothing recorded.
 What ``trainstatus.integrations.transformers`` checks before it hands a folder to the Trainer (its
 ``last_complete_checkpoint``, the resumed best checkpoint, ``resume_from_checkpoint=True``): each
 recorded file there with its size (``CheckpointList``'s own check), ``trainer_state.json`` readable
-as JSON, and each ``.safetensors`` file's header accounting for its length.
+as JSON, each ``.safetensors`` file's header accounting for its length (``_safetensors``), and each
+file ``torch.save`` wrote (``.pt``, ``.pth``, ``.bin``: a zip archive) whole by its zip directory
+(``_torch_zip``). Metadata only: sizes, headers, directories; never the weights (a file recorded
+after its fsync with its size is what was written). Under a process group rank 0 alone runs these.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,10 +24,14 @@ from .._checkpoints.checkpoint_list import CheckpointList
 from .._checkpoints.files import CHECKPOINTS, FILES, _faults
 from .._errors import TrainingStatusCheckpointWarning, warn
 from .._store import StatusStore
+from . import _safetensors, _torch_zip
 
 __all__ = ["TRAINER_STATE", "problem", "unrecorded", "warn_unrecorded", "whole"]
 
 TRAINER_STATE = "trainer_state.json"  # the Trainer's TRAINER_STATE_NAME: written last, read on resume
+
+_TORCH_SAVED = (".pt", ".pth", ".bin")  # torch.save's files of a checkpoint: optimizer, scheduler, RNG states, args
+_ZIP = b"PK\x03\x04"  # a zip archive's first bytes: torch.save's format since torch 1.6
 
 _FOLDER = re.compile(re.escape(PREFIX_CHECKPOINT_DIR) + r"-([0-9]+)")  # get_last_checkpoint's pattern, whole name
 
@@ -46,8 +52,11 @@ def whole(root: str) -> Callable[[dict[str, Any]], bool]:
             except ValueError as exc:
                 raise ValueError(f"{state} is not JSON ({exc})") from None
         for name in files:
-            if name.endswith(".safetensors"):
-                _check_safetensors(os.path.join(root, name), name)
+            path = os.path.join(root, name)
+            why = (_safetensors.problem(path) if name.endswith(".safetensors")
+                   else _torch_zip.problem(path) if name.endswith(_TORCH_SAVED) and _zipped(path) else None)
+            if why is not None:
+                raise ValueError(f"{name} {why}" if why.startswith("is ") else f"{name}: {why}")
         return True
 
     return check
@@ -96,20 +105,8 @@ def warn_unrecorded(names: list[str], root: str, status_path: str, category: str
     ))
 
 
-def _check_safetensors(path: str, name: str) -> None:
-    """Raise ValueError unless the file's header (8-byte length, then JSON) accounts for its length."""
+def _zipped(path: str) -> bool:
+    """Does the file begin as a zip archive (``torch.save``'s format since torch 1.6)? A file in
+    another format (``torch.save``'s legacy pickle) is left to the size check."""
     with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ValueError(f"{name} is too short for a safetensors header")
-        (length,) = struct.unpack("<Q", head)
-        size = os.fstat(f.fileno()).st_size
-        if length > size - 8:
-            raise ValueError(f"{name}: its header claims {length:,} bytes, the file has {size:,}")
-        try:
-            header = json.loads(f.read(length).decode("utf-8"))  # UTF-8 by the format: no guessing from zeros
-        except ValueError as exc:
-            raise ValueError(f"{name}: its header is not JSON ({exc})") from None
-    ends = [t["data_offsets"][1] for key, t in header.items() if key != "__metadata__"]
-    if 8 + length + max(ends, default=0) != size:
-        raise ValueError(f"{name}: its tensors end at byte {8 + length + max(ends, default=0):,}, the file has {size:,}")
+        return f.read(len(_ZIP)) == _ZIP

@@ -48,10 +48,10 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
-from ._collective import decide, entry_files
+from ._collective import decide, entry_fields, entry_files
 from ._collective import record as _record
 from ._common import choose, drop, reasons
-from ._dcp_folders import METADATA, whole
+from ._dcp_folders import METADATA, reader, whole
 
 __all__ = ["CATEGORY", "STATUS_FILE", "last_complete_checkpoint", "record"]
 
@@ -109,7 +109,7 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
         try:
             checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
             drop(checkpoints, lambda entry: _later(entry, int(step)))
-            return checkpoints.add(int(step), name, reward=reward, synced=synced)
+            return checkpoints._add(int(step), name, reward=reward, synced=synced, fields=entry_fields())
         finally:
             store.close()
 
@@ -141,6 +141,7 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
     def pick() -> dict[str, Any] | None:
         if not os.path.exists(path) and not _history(path):
             return None
+        reader(root)  # before the store: without torch, raise rather than find every folder unreadable
         store = StatusStore(path, resume=True)
         try:
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=root)
@@ -161,13 +162,14 @@ def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, 
                       shown: str) -> None:
     """Say which newer recorded folders a resume passed over, and that they are no longer listed."""
     if entry is not None:
-        start = f"{os.path.join(shown, entry['file_path'])} is the newest whole checkpoint recorded in {path}"
+        start = (f"{os.path.join(shown, entry['file_path'])} is the newest whole checkpoint recorded in {path}; "
+                 "the newer ones cannot be resumed from")
         fresh = ""
     else:
         start = f"No checkpoint recorded in {path} can be resumed from"
         fresh = " last_complete_checkpoint() returns None: the run starts from scratch."
     warn(TrainingStatusCheckpointWarning(
-        f"{start}; the newer ones cannot be resumed from: {reasons(skipped)}.{fresh} They are no longer listed "
+        f"{start}: {reasons(skipped)}.{fresh} They are no longer listed "
         f"(this run saves over their folders as it reaches their steps, and a folder half saved over must not "
         f"be found listed); their files are left in {root}. To keep them, stop and move them out of {root}, "
         "or save into another folder.",

@@ -10,7 +10,12 @@ newest ``last*.ckpt`` holds. Here:
   ``CheckpointList``; ``remove_checkpoint`` drops the entry from the list (one write) before it
   removes the file.
 - ``last_complete_checkpoint(dirpath)`` is the newest recorded ``.ckpt`` that is whole, for
-  ``trainer.fit(ckpt_path=...)``.
+  ``trainer.fit(ckpt_path=...)``; it reads the status file and each candidate's metadata, never its
+  data.
+- ``TrainStatusCallback`` is a ``Callback`` for several processes and sharded strategies: at
+  set-up it checks the strategy, records the sharded saves that FSDP and ModelParallel make past
+  ``CheckpointIO`` (once every rank's files are durable), refuses what cannot be recorded
+  (DeepSpeed), and checks that every rank resumes from the same checkpoint.
 
 Usage (two lines differ from Lightning's own recipe)::
 
@@ -19,33 +24,52 @@ Usage (two lines differ from Lightning's own recipe)::
     trainer = Trainer(callbacks=[ModelCheckpoint(dirpath="ckpts/", save_last=True)],
                       plugins=[TrainStatusCheckpointIO()])
     trainer.fit(model, ckpt_path=last_complete_checkpoint("ckpts/"))
+
+With a sharded strategy (or to have every rank's resume checked), add the callback too::
+
+    trainer = Trainer(strategy=ModelParallelStrategy(), plugins=[TrainStatusCheckpointIO()],
+                      callbacks=[ModelCheckpoint(dirpath="ckpts/", save_last=True), TrainStatusCallback()])
+
+Why a callback beside the plugin: a ``CheckpointIO`` plugin is handed checkpoints, never the
+strategy, and a sharded strategy never calls it to save; a ``Callback`` gets ``setup(trainer, ...)``
+on every rank, once the process group exists and before anything is restored or saved, with
+``trainer.strategy`` in hand.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+import lightning.pytorch as pl
+from lightning.pytorch.plugins.io import (
+    AsyncCheckpointIO,
+    CheckpointIO,
+    TorchCheckpointIO,
+)
 
-from .._storage import atomic as _atomic, filenames as _names
 from .._checkpoints.checkpoint_list import CheckpointList
+from .._checkpoints.files import CHECKPOINTS, FILES
 from .._checkpoints.folders import sync_folders_above
-from .._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusTypeError
+from .._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusTypeError,
+    warn,
+)
+from .._storage import atomic as _atomic
+from .._storage import filenames as _names
 from .._store import StatusStore
-from ._common import Words, drop, newest_whole, remove_stale_temps
+from . import _collective
+from . import _lightning_strategies as _strategies
+from ._common import Words, drop, pick, remove_stale_temps, warn_passed_over
+from ._dcp_folders import METADATA
+from ._lightning_common import CATEGORY, STATUS_FILE, local, score, whole
+from ._lightning_common import status_path as _status_path
 
-__all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
-
-STATUS_FILE = "training_status.json"
-"""The status file's name in the checkpoint's folder when no ``status_path`` is given."""
-
-CATEGORY = "lightning"
-"""The category of the status file the checkpoints are listed under (``lightning/checkpoints``)."""
+__all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
 
 _WORDS = Words(
     left="They are left on disk: the checkpoints this run saves take their place.",
@@ -128,7 +152,7 @@ class TrainStatusCheckpointIO(CheckpointIO):
         return checkpoints
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
-        target = _local(path, "save")
+        target = local(path, "save")
         folder, name = os.path.split(target)
         os.makedirs(folder, exist_ok=True)
         checkpoints = self.checkpoints(folder)  # before the save: a bad status file fails first
@@ -148,14 +172,14 @@ class TrainStatusCheckpointIO(CheckpointIO):
         steps = checkpoint.get("global_step", 0)
         # The file and the folder are durable (above): synced=True skips a second fsync. keep=None:
         # ModelCheckpoint decides what goes, through remove_checkpoint.
-        recorded = checkpoints.add(steps if type(steps) is int else 0, name, reward=_score(checkpoint, folder),
+        recorded = checkpoints.add(steps if type(steps) is int else 0, name, reward=score(checkpoint, folder),
                                    synced=True)
         # One entry per file: the older ones naming this file (saved over: last.ckpt) name a
         # checkpoint that is gone, as do those whose file Lightning replaced by a link.
         drop(checkpoints, lambda entry: _replaced(checkpoints, entry, name), keep=recorded)
 
     def remove_checkpoint(self, path: Any) -> None:
-        target = _local(path, "remove")
+        target = local(path, "remove")
         folder, name = os.path.split(target)
         if os.path.exists(_status_path(folder, self.status_path)) or folder in self._lists:
             checkpoints = self.checkpoints(folder)
@@ -175,62 +199,149 @@ class TrainStatusCheckpointIO(CheckpointIO):
         self._lists.clear()
 
 
-def last_complete_checkpoint(dirpath: str | os.PathLike[str], *,
-                             status_path: str | os.PathLike[str] | None = None) -> str | None:
-    """The newest recorded ``.ckpt`` in ``dirpath`` that is whole, or None: for ``trainer.fit(ckpt_path=...)``.
+class TrainStatusCallback(pl.Callback):
+    """A Lightning ``Callback`` for several processes and sharded strategies, beside the plugin.
+
+    ``Trainer(plugins=[TrainStatusCheckpointIO()], callbacks=[..., TrainStatusCallback()])``. At
+    ``setup`` (every rank, once the process group exists, before any checkpoint is restored or
+    saved) it looks at ``trainer.strategy``:
+
+    - Strategies that save through ``CheckpointIO`` (DDP, one device; FSDP with
+      ``state_dict_type="full"``, ``ModelParallelStrategy(save_distributed_checkpoint=False)``):
+      global rank 0 saves each ``.ckpt`` through the plugin, which records it; nothing more to do.
+    - ``FSDPStrategy(state_dict_type="sharded")`` and ``ModelParallelStrategy()`` (the default
+      ``save_distributed_checkpoint=True``) save each checkpoint as a folder (a
+      ``torch.distributed.checkpoint`` folder, with Lightning's ``meta.pt``) on every rank without
+      calling ``CheckpointIO``: the callback wraps the strategy's ``save_checkpoint`` so that a
+      folder about to be saved over is dropped from the list before any rank writes into it, and
+      the new folder is recorded (every file with its size, under ``lightning/checkpoints`` like the
+      files) only once every rank's save returned and every rank's files are durable
+      (``torch.distributed`` collectives; rank 0 writes the status file, once).
+    - ``DeepSpeedStrategy`` is refused with a ``TrainingStatusTypeError``: its engine saves files
+      whose completeness nothing records. A strategy of your own that overrides ``save_checkpoint``
+      is refused too, unless ``sharded`` says how it saves: ``True`` if every rank saves a
+      ``torch.distributed.checkpoint`` folder at the path it is given, ``False`` if it saves one
+      file through its ``checkpoint_io``. (Lightning's own strategies are known: ``sharded`` is
+      not read for them.)
+    - The plugin must be the strategy's ``checkpoint_io`` (it records the files, and drops a
+      folder's or file's entry before Lightning removes an old top-k checkpoint).
+
+    Under a process group it also checks that every rank resumes from the same checkpoint: when
+    ``last_complete_checkpoint`` ran in each process before ``trainer.fit`` (Lightning's launcher
+    and ``torchrun`` start the process group inside ``fit``), the ranks take the decision again
+    together here, and if any rank cannot see the chosen checkpoint, or was given another one, every
+    rank raises the same ``TrainingStatusCheckpointNotShared``, naming the ranks and hosts, before
+    anything is loaded.
+
+    Collectives wait for every rank for the strategy's own ``timeout`` (``DDPStrategy(timeout=...)``,
+    30 minutes by default); a rank that does not answer is named in a ``TrainingStatusCollectiveError``.
+    """
+
+    def __init__(self, *, sharded: bool | None = None) -> None:
+        if sharded is not None and type(sharded) is not bool:
+            raise TrainingStatusTypeError(
+                f"TrainStatusCallback sharded= must be True, False or None (decide from Lightning's strategy), "
+                f"not {type(sharded).__name__!r} ({sharded!r})."
+            )
+        self.sharded = sharded
+        self._undo: Any = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        strategy = trainer.strategy
+        plugin = strategy.checkpoint_io
+        if not isinstance(plugin, TrainStatusCheckpointIO):
+            raise TrainingStatusTypeError(
+                f"TrainStatusCallback needs TrainStatusCheckpointIO as the strategy's checkpoint_io, and "
+                f"{type(strategy).__name__} has {type(plugin).__name__}: add plugins=[TrainStatusCheckpointIO()] "
+                "to the Trainer. Nothing would be recorded without it."
+            )
+        how = _strategies.how_it_saves(strategy, self.sharded)
+        timeout = _strategies.timeout_of(strategy)
+        if how == _strategies.SHARDED and self._undo is None:
+            self._undo = _strategies.record_sharded_saves(strategy, plugin, timeout)
+        if stage == "fit":
+            # This fit's answer, taken: a later fit without a new call has nothing to check.
+            _strategies.agree(_RESUMED.pop("last", None), lambda given, shown: _decide(given, timeout, shown)[0],
+                              timeout)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+
+
+def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: str | os.PathLike[str] | None = None,
+                             timeout: float | None = None) -> str | None:
+    """The newest recorded checkpoint in ``dirpath`` that is whole, or None: for ``trainer.fit(ckpt_path=...)``.
 
     In place of ``ckpt_path="last"``. Reads what ``TrainStatusCheckpointIO`` (same
-    ``status_path``) recorded for the checkpoints saved in ``dirpath`` (``ModelCheckpoint``'s
-    ``dirpath``); newest means the highest ``global_step``, then the later saved (``last.ckpt``
-    after the top-k file of the same step). A checkpoint counts when its file is the one saved
-    (not a link Lightning made in its place) and opens as torch's zip archive with its
-    ``data.pkl`` and ``version`` members, every member passing its CRC check. Newer checkpoints
-    passed over are named, with the reason, in one ``TrainingStatusCheckpointWarning``; nothing is
-    removed. None when nothing was recorded (no status file yet, nor a history to put it back from:
-    a fresh run, which ``ckpt_path=None`` starts) or nothing recorded is whole.
+    ``status_path``) and ``TrainStatusCallback`` recorded for the checkpoints saved in ``dirpath``
+    (``ModelCheckpoint``'s ``dirpath``); newest means the highest ``global_step``, then the later
+    saved (``last.ckpt`` after the top-k file of the same step). Newer checkpoints passed over are
+    named, with the reason, in one ``TrainingStatusCheckpointWarning``; nothing is removed. None
+    when nothing was recorded (no status file yet, nor a history to put it back from: a fresh run,
+    which ``ckpt_path=None`` starts) or nothing recorded is whole.
+
+    What "whole" means, read from metadata, never from the data (a checkpoint of many GB costs
+    the same few KB of reads as a small one):
+
+    - every recorded file is there with its recorded size (a file cut short or grown fails);
+    - a ``.ckpt`` file is the one saved (not a link Lightning made in its place) and torch's zip
+      archive opens: its central directory reads, ``data.pkl`` and ``version`` are members, and each
+      member's local header and data lie inside the file (each member's 30-byte header is read,
+      not its data);
+    - a sharded checkpoint (a folder, saved by FSDP or ModelParallel) has ``.metadata`` recorded,
+      every chunk it names inside a recorded file, and its ``meta.pt`` passes the check above.
+
+    Not caught: bytes changed inside a member's data with the size kept (a bit flipped on the disk,
+    or a program writing into the file, after the save); ``torch.load`` does not check the zip's
+    CRCs either and loads such bytes as they are. What the record guards against is a save that did
+    not finish: the file was fsynced before it was recorded with its size, so one a kill cut short is
+    never listed.
+
+    Under a process group (``torch.distributed`` initialized with two or more ranks) every rank
+    calls it: rank 0 reads the status file and the metadata, once; every rank checks it sees the
+    chosen checkpoint's files with their recorded sizes and gets the same path; if any rank cannot,
+    every rank raises the same ``TrainingStatusCheckpointNotShared`` naming the ranks and hosts.
+    ``timeout``: seconds those collectives wait for every rank (default 1800, torch's own). Without
+    a process group (Lightning starts its own inside ``trainer.fit``) each process reads alone, and
+    ``TrainStatusCallback`` checks at set-up that every rank got the same answer.
+
+    A folder in ``dirpath`` holding a sharded save that the list has never recorded (a sharded
+    strategy without ``TrainStatusCallback``, which saves past the plugin) is named in a
+    ``TrainingStatusCheckpointWarning``: it is not returned.
     """
     folder = os.path.abspath(os.fspath(dirpath))
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
-    entry = newest_whole(path, CATEGORY, folder, _whole(folder), _WORDS, os.fspath(dirpath))
-    if entry is None:
-        return None
-    return os.path.join(os.fspath(dirpath), entry["file_path"])
+    given = _strategies.Resumed(folder, path, None, _collective.ranks() is not None)
+    name, shown = _decide(given, timeout, os.fspath(dirpath))
+    _RESUMED["last"] = given._replace(name=name)
+    return None if name is None else os.path.join(shown, name)
+
+
+_RESUMED: dict[str, _strategies.Resumed] = {}  # this process's last answer, for TrainStatusCallback.setup
+
+
+def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:
+    """The name of the checkpoint to resume from in ``given.folder`` (``_collective.decide``: rank 0
+    reads), and the folder as it is shown."""
+    shown = given.folder if shown is None else shown
+    folder, path = given.folder, given.status_path or _status_path(given.folder, None)
+
+    def choose() -> dict[str, Any] | None:
+        entry, skipped = pick(path, CATEGORY, folder, whole(folder))
+        if skipped:
+            returned = None if entry is None else os.path.join(shown, entry["file_path"])
+            warn_passed_over(returned, skipped, path, CATEGORY, folder, _WORDS)
+        _warn_unrecorded(folder, path)
+        return entry
+
+    entry = _collective.decide(choose, _collective.entry_files, folder,
+                               what=f"the newest complete checkpoint of {shown}", timeout=timeout)
+    return (None if entry is None else entry["file_path"]), shown
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _status_path(folder: str, status_path: str | None) -> str:
-    return os.path.join(folder, STATUS_FILE) if status_path is None else status_path
-
-
-def _local(path: Any, action: str) -> str:
-    given = os.fspath(path)
-    if not isinstance(given, str) or "://" in given:
-        raise TrainingStatusError(
-            f"TrainStatusCheckpointIO cannot {action} {given!r}: it makes local files durable (fsync and "
-            "rename in their folder), and this is not a local path. Give ModelCheckpoint a local dirpath, "
-            "or leave the plugin out for remote storage."
-        )
-    return os.path.abspath(given)
-
-
-def _score(checkpoint: Mapping[str, Any], folder: str) -> float | None:
-    """The score the folder's ``ModelCheckpoint`` monitors, as its saved state holds it, or None."""
-    states = checkpoint.get("callbacks")
-    if not isinstance(states, Mapping):
-        return None
-    for state in states.values():
-        if not isinstance(state, Mapping) or state.get("dirpath") is None:
-            continue
-        if os.path.abspath(os.fspath(state["dirpath"])) != folder or state.get("current_score") is None:
-            continue
-        try:
-            score = float(state["current_score"])
-        except (TypeError, ValueError):
-            return None
-        return score if math.isfinite(score) or math.isnan(score) else None
-    return None
 
 
 def _replaced(checkpoints: CheckpointList, entry: Mapping[str, Any], saved: str) -> bool:
@@ -245,24 +356,26 @@ def _remove_stale_temps(folder: str) -> None:
     remove_stale_temps(folder, _TEMP)
 
 
-def _whole(folder: str) -> Callable[[dict[str, Any]], bool]:
-    def check(entry: dict[str, Any]) -> bool:
-        path = os.path.join(folder, entry["file_path"])
-        if os.path.islink(path):
-            raise ValueError(f"{entry['file_path']} is now a link Lightning made (save_last='link'), not the file saved")
-        try:
-            archive = zipfile.ZipFile(path)
-        except zipfile.BadZipFile as exc:
-            raise ValueError(f"{entry['file_path']} is not a whole torch checkpoint ({exc})") from None
-        with archive:
-            names = archive.namelist()
-            missing = [member for member in ("data.pkl", "version")
-                       if not any(n.rsplit("/", 1)[-1] == member for n in names)]
-            if missing:
-                raise ValueError(f"{entry['file_path']} is not a whole torch checkpoint (no {', '.join(missing)})")
-            broken = archive.testzip()
-        if broken is not None:
-            raise ValueError(f"{entry['file_path']}: member {broken} fails its CRC check")
-        return True
-
-    return check
+def _warn_unrecorded(folder: str, path: str) -> None:
+    """Name the sharded saves in ``folder`` (folders with ``.metadata``) when the list has never
+    recorded one: a sharded strategy saved them past ``TrainStatusCheckpointIO``."""
+    try:
+        sharded = sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, METADATA)))
+    except OSError:
+        return
+    if not sharded:
+        return
+    if os.path.exists(path):
+        with StatusStore(path) as store:
+            entries = store.get(CATEGORY, CHECKPOINTS) or []
+        if any(isinstance(e, Mapping) and isinstance(e.get(FILES), Mapping)
+               and any(str(f).endswith(os.sep + METADATA) for f in e[FILES]) for e in entries):
+            return  # sharded saves are recorded here: one not listed is one a kill cut short, or saved over
+    warn(TrainingStatusCheckpointWarning(
+        f"{', '.join(sharded)} in {folder} {'is a sharded checkpoint' if len(sharded) == 1 else 'are sharded checkpoints'}"
+        f" (torch.distributed.checkpoint folders, saved by FSDPStrategy(state_dict_type='sharded') or "
+        f"ModelParallelStrategy) that {path} has never recorded: a sharded strategy saves past "
+        "TrainStatusCheckpointIO, so nothing records them, and last_complete_checkpoint() does not return them. "
+        "Add TrainStatusCallback() to the Trainer's callbacks beside the plugin: it records sharded saves.",
+        path=path, category=CATEGORY,
+    ))

@@ -13,6 +13,10 @@ finished. Here:
 - ``last_complete_checkpoint(output_dir)`` is the newest recorded folder whose files are all there
   with their recorded sizes, for ``trainer.train(resume_from_checkpoint=...)``. A Trainer holding
   the callback resumes from it when given ``resume_from_checkpoint=True`` too.
+- Under ``torchrun``, ``accelerate launch`` or any launcher whose processes form a
+  ``torch.distributed`` process group, the record and the resume decision are collectives
+  (``_collective``): every rank's files of a save (RNG states, shards) are durable before rank 0
+  records the folder, and every rank resumes from the folder rank 0 chose, or raises the same error.
 
 Usage (two lines differ from Transformers' own recipe)::
 
@@ -28,7 +32,7 @@ import functools
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -43,8 +47,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from .._checkpoints.checkpoint_list import CheckpointList
 from .._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusTypeError, warn
 from .._store import StatusStore
-from ._common import Words, choose, drop, newest_whole, pick, reasons, warn_passed_over
-from ._transformers_folders import problem, unrecorded, warn_unrecorded, whole
+from . import _collective
+from ._common import Words, newest_whole, pick, reasons, warn_passed_over
+from ._transformers_folders import unrecorded, warn_unrecorded, whole
+from ._transformers_upkeep import Best, best_fix, drop_later, remove, rotate
+from ._transformers_upkeep import output_dir as _output_dir
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "last_complete_checkpoint"]
 
@@ -95,8 +102,20 @@ class TrainStatusCallback(TrainerCallback):
       wrapped for Trainers holding this callback; docs/transformers.md.)
 
     ``status_path``: the status file (default: ``training_status.json`` in ``args.output_dir``).
-    Only the process that saves (``args.should_save``) records. Folders not recorded (left by a
-    killed save, or by a run without this callback) are neither counted nor removed.
+    Folders not recorded (left by a killed save, or by a run without this callback) are neither
+    counted nor removed.
+
+    Several processes (``torchrun``, ``accelerate launch``, the DeepSpeed launcher: a
+    ``torch.distributed`` process group): every rank takes part in ``on_save``, which waits until
+    every rank's save returned and its files are fsynced, then rank 0 alone records the folder,
+    with every rank's files (``rng_state_<rank>.pth``, shards), and every rank goes on only once
+    the record is on disk (within ``args.ddp_timeout``, else ``TrainingStatusCollectiveError`` names
+    the ranks that did not answer). Rank 0 alone reads and writes the list (start of training,
+    rotation); every rank gets the same best checkpoint and resumes from the same folder. A rank
+    other than 0 that saves too (``save_on_each_node`` over several nodes) records nothing: the one
+    record needs one folder every rank sees, and node-local folders make every rank raise
+    ``TrainingStatusCheckpointNotShared`` at the first save. Without a process group, the process
+    that saves (``args.should_save``) records.
     """
 
     def __init__(self, status_path: str | os.PathLike[str] | None = None) -> None:
@@ -125,18 +144,39 @@ class TrainStatusCallback(TrainerCallback):
         # None turns it off. A second train() finds None here and keeps the limit taken before.
         if args.save_total_limit is not None:
             self._taken, args.save_total_limit = args.save_total_limit, None
-        if not args.should_save:
+        if _collective.ranks() is None and not args.should_save:
             return
+        # Under a process group rank 0 alone reads and writes the list; every rank takes its best
+        # checkpoint, and its error (a damaged status file) stops every rank, not rank 0 alone.
+        root = os.path.abspath(_output_dir(args))
+        fix = _collective.decide(lambda: self._begin(args, state), lambda _: {}, root,
+                                 what=f"the checkpoints recorded for {root} at step {state.global_step}",
+                                 timeout=_timeout(args))
+        if fix is not None:
+            state.best_model_checkpoint, state.best_metric, state.best_global_step = fix
+
+    def _begin(self, args: TrainingArguments, state: TrainerState) -> Best | None:
         checkpoints = self.checkpoints(args)  # a bad status file fails before training
-        _drop_later(checkpoints, state.global_step, _output_dir(args))
-        _check_best(checkpoints, args, state)
+        drop_later(checkpoints, state.global_step, _output_dir(args))
+        return best_fix(checkpoints, args, state)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
-        if not args.should_save:
+        me = _collective.ranks()
+        if me is None and not args.should_save:
             return
-        checkpoints = self.checkpoints(args)
+        root = os.path.abspath(_output_dir(args))
         name = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        # Under a process group: once every rank's save returned and its files are fsynced, rank 0
+        # records; every rank waits for the record (no rank's next save, and no rotation, before it).
+        recorded = _collective.record(os.path.join(root, name), _status_path(root, self.status_path),
+                                      lambda synced: self._record(args, state, name, synced),
+                                      what=f"{name} of {root}", timeout=_timeout(args))
+        if self._limit is not None and (me is None or me.rank == 0):
+            rotate(self.checkpoints(args), recorded, self._limit, state.best_model_checkpoint)
+
+    def _record(self, args: TrainingArguments, state: TrainerState, name: str, synced: bool) -> dict[str, Any]:
+        checkpoints = self.checkpoints(args)
         if not os.path.isdir(checkpoints.resolve(name)):
             raise TrainingStatusCheckpointError(
                 f"TrainStatusCallback cannot record the checkpoint at step {state.global_step}: "
@@ -144,10 +184,10 @@ class TrainStatusCallback(TrainerCallback):
                 "except in a hyperparameter search (run-* folders), which this callback does not support.",
                 path=checkpoints.store.path, category=CATEGORY, file_path=name,
             )
-        # add() fsyncs each file, each folder and the folders above up to the status file's.
-        recorded = checkpoints.add(state.global_step, name, reward=_metric(args, state))
-        if self._limit is not None:
-            _rotate(checkpoints, recorded, self._limit, state.best_model_checkpoint)
+        # add() fsyncs each file, each folder and the folders above up to the status file's, unless
+        # every rank did already (synced: _collective.record, which also has world_size kept).
+        return checkpoints._add(state.global_step, name, reward=_metric(args, state), synced=synced,
+                                fields=_collective.entry_fields())
 
     @property
     def _limit(self) -> int | None:
@@ -156,12 +196,14 @@ class TrainStatusCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        if args.should_save and self._limit == 1 and state.best_model_checkpoint is not None:
+        me = _collective.ranks()
+        writer = args.should_save if me is None else me.rank == 0
+        if writer and self._limit == 1 and state.best_model_checkpoint is not None:
             # The Trainer's own rule at the end of training (skipped: it read None): with a limit
             # of 1, only the best checkpoint stays.
             best = os.path.abspath(state.best_model_checkpoint)
             checkpoints = self.checkpoints(args)
-            _remove(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) != best)
+            remove(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) != best)
         if self._taken is not None and args.save_total_limit is None:
             args.save_total_limit = self._taken
         self._close()
@@ -171,64 +213,82 @@ class TrainStatusCallback(TrainerCallback):
             self._checkpoints.store.close()
             self._checkpoints = None
 
-    def _resume_from(self, output_dir: str) -> str | None:
+    def _resume_from(self, folder: str, timeout: float | None = None) -> str | None:
         """What ``trainer.train(resume_from_checkpoint=True)`` resumes from in a Trainer holding this
-        callback: ``last_complete_checkpoint(output_dir)``, before anything is loaded (``_route_resume``).
+        callback: ``last_complete_checkpoint(folder)``, before anything is loaded (``_route_resume``).
 
         When that is None but there are checkpoints (recorded ones, none whole; folders never
         recorded), a ``TrainingStatusCheckpointError`` says so, where the Trainer would load the
         newest folder and fail on it. None when there is nothing at all: the Trainer's own error.
+        Under a process group rank 0 decides, and every rank gets its folder or its error.
         """
-        root = os.path.abspath(output_dir)
+        root = os.path.abspath(folder)
         path = _status_path(root, self.status_path)
-        entry, skipped = pick(path, CATEGORY, root, whole(root))
-        newer = unrecorded(root, path, CATEGORY, -1 if entry is None else entry["steps"])
-        if entry is None:
-            if not skipped and not newer:
-                return None
-            found = [f"none of the checkpoints recorded in {path} is whole ({reasons(skipped)})"] if skipped else []
+
+        def choose() -> dict[str, Any] | None:
+            entry, skipped = pick(path, CATEGORY, root, whole(root))
+            newer = unrecorded(root, path, CATEGORY, -1 if entry is None else entry["steps"])
+            if entry is None:
+                if not skipped and not newer:
+                    return None
+                found = [f"none of the checkpoints recorded in {path} is whole ({reasons(skipped)})"] if skipped else []
+                if newer:
+                    found.append(f"{', '.join(newer)} {'was' if len(newer) == 1 else 'were'} never recorded in "
+                                 f"{path} (a save that did not finish, or one made without TrainStatusCallback)")
+                raise TrainingStatusCheckpointError(
+                    f"trainer.train(resume_from_checkpoint=True) found no checkpoint to resume from in {root}: "
+                    f"{'; '.join(found)}. Nothing was loaded. To start a new run there, pass "
+                    "resume_from_checkpoint=None (it saves over these folders as it reaches their steps); to "
+                    "resume from a folder you know is whole, pass that folder; to keep them, train into another "
+                    "output_dir.",
+                    path=path, category=CATEGORY,
+                )
+            if skipped:
+                warn_passed_over(os.path.join(folder, entry["file_path"]), skipped, path, CATEGORY, root, _WORDS)
             if newer:
-                found.append(f"{', '.join(newer)} {'was' if len(newer) == 1 else 'were'} never recorded in {path} "
-                             "(a save that did not finish, or one made without TrainStatusCallback)")
-            raise TrainingStatusCheckpointError(
-                f"trainer.train(resume_from_checkpoint=True) found no checkpoint to resume from in {root}: "
-                f"{'; '.join(found)}. Nothing was loaded. To start a new run there, pass "
-                "resume_from_checkpoint=None (it saves over these folders as it reaches their steps); to "
-                "resume from a folder you know is whole, pass that folder; to keep them, train into another "
-                "output_dir.",
-                path=path, category=CATEGORY,
-            )
-        returned = os.path.join(output_dir, entry["file_path"])
-        if skipped:
-            warn_passed_over(returned, skipped, path, CATEGORY, root, _WORDS)
-        if newer:
-            warn_unrecorded(newer, root, path, CATEGORY)
-        return returned
+                warn_unrecorded(newer, root, path, CATEGORY)
+            return entry
+
+        entry = _decide(choose, root, timeout)
+        return None if entry is None else os.path.join(folder, entry["file_path"])
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike[str], *,
-                             status_path: str | os.PathLike[str] | None = None) -> str | None:
+                             status_path: str | os.PathLike[str] | None = None,
+                             timeout: float | None = None) -> str | None:
     """The newest recorded ``checkpoint-<step>`` folder of ``output_dir`` that is whole, or None.
 
     A drop-in for ``transformers.trainer_utils.get_last_checkpoint(output_dir)``:
     ``trainer.train(resume_from_checkpoint=last_complete_checkpoint(args.output_dir))`` (None starts
     a fresh run). Reads what ``TrainStatusCallback`` (same ``status_path``) recorded; a folder counts
     when every file recorded in it is there with its recorded size, ``trainer_state.json`` among
-    them and readable as JSON, and each ``.safetensors`` file's header matches its length. Newer
-    recorded folders passed over are named, with the reason, in one
+    them and readable as JSON, each ``.safetensors`` file's header matches its length, and each
+    file ``torch.save`` wrote (``.pt``, ``.pth``, ``.bin``) has its zip directory: metadata only, no
+    weights are read. Newer recorded folders passed over are named, with the reason, in one
     ``TrainingStatusCheckpointWarning``; so, in another, are newer ``checkpoint-*`` folders that were
     never recorded (a save a kill cut short, or one by a run without the callback), which
     ``get_last_checkpoint`` would have returned. Nothing is removed.
+
+    Under a ``torch.distributed`` process group (made by ``TrainingArguments`` under ``torchrun`` or
+    ``accelerate launch``), call it on every rank: rank 0 alone reads the status file and the
+    folders' metadata and chooses, every rank gets the same folder (or None, or the same error), and
+    if a rank does not see the chosen folder's files with their recorded sizes, every rank raises
+    ``TrainingStatusCheckpointNotShared``. ``timeout``: seconds to wait for every rank (default:
+    torch's 1800; ``TrainingStatusCollectiveError`` after it).
     """
     root = os.path.abspath(os.fspath(output_dir))
     path = _status_path(root, None if status_path is None else os.path.abspath(os.fspath(status_path)))
-    entry = newest_whole(path, CATEGORY, root, whole(root), _WORDS, os.fspath(output_dir))
-    newer = unrecorded(root, path, CATEGORY, -1 if entry is None else entry["steps"])
-    if newer:
-        warn_unrecorded(newer, root, path, CATEGORY)
-    if entry is None:
-        return None
-    return os.path.join(os.fspath(output_dir), entry["file_path"])
+    _warn_alone(root, path)
+
+    def choose() -> dict[str, Any] | None:
+        entry = newest_whole(path, CATEGORY, root, whole(root), _WORDS, os.fspath(output_dir))
+        newer = unrecorded(root, path, CATEGORY, -1 if entry is None else entry["steps"])
+        if newer:
+            warn_unrecorded(newer, root, path, CATEGORY)
+        return entry
+
+    entry = _decide(choose, root, timeout)
+    return None if entry is None else os.path.join(os.fspath(output_dir), entry["file_path"])
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -238,9 +298,31 @@ def _status_path(root: str, status_path: str | None) -> str:
     return os.path.join(root, STATUS_FILE) if status_path is None else status_path
 
 
-def _output_dir(args: TrainingArguments) -> str:
-    # Typed Optional; TrainingArguments.__post_init__ sets "trainer_output" where none is given.
-    return os.fspath(args.output_dir or "trainer_output")
+def _timeout(args: Any) -> float | None:
+    """How long the collectives wait for every rank: the Trainer's own ``ddp_timeout``."""
+    seconds = getattr(args, "ddp_timeout", None)
+    return None if seconds is None else float(seconds)
+
+
+def _decide(choose: Callable[[], dict[str, Any] | None], root: str, timeout: float | None) -> dict[str, Any] | None:
+    """``choose()`` on rank 0, the same entry on every rank, each rank seeing its files (``_collective.decide``)."""
+    return _collective.decide(choose, _collective.entry_files, root, what=f"the newest whole checkpoint of {root}",
+                              timeout=timeout)
+
+
+def _warn_alone(root: str, status_path: str) -> None:
+    """Warn when this process is one of several a launcher started but has no process group yet:
+    it chooses alone, and another rank may choose another folder."""
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1 and _collective.ranks() is None:
+        warn(TrainingStatusCheckpointWarning(
+            f"last_complete_checkpoint({root!r}) ran in one of {world} processes (WORLD_SIZE={world}) before "
+            "this one joined their torch.distributed process group: it chose alone, and the ranks may resume "
+            "from different checkpoints. Call it after TrainingArguments(...) is made (that joins the group), "
+            "as in trainer.train(resume_from_checkpoint=last_complete_checkpoint(args.output_dir)), or pass "
+            "resume_from_checkpoint=True to a Trainer holding TrainStatusCallback.",
+            path=status_path, category=CATEGORY,
+        ))
 
 
 def _metric(args: TrainingArguments, state: TrainerState) -> float | None:
@@ -258,106 +340,6 @@ def _metric(args: TrainingArguments, state: TrainerState) -> float | None:
                 return None
             return value if not math.isinf(value) else None
     return None
-
-
-def _greater_is_better(args: TrainingArguments) -> bool:
-    if args.greater_is_better is not None:
-        return bool(args.greater_is_better)
-    return not str(args.metric_for_best_model or "loss").endswith("loss")  # TrainingArguments' default
-
-
-def _rotate(checkpoints: CheckpointList, recorded: Mapping[str, Any], limit: int, best: str | None) -> None:
-    """``transformers.trainer_utils.rotate_checkpoints`` over the recorded entries, after the new
-    one is recorded: the oldest beyond ``limit`` go, never the newest nor ``best``."""
-    protected = {checkpoints.resolve(recorded["file_path"])}
-    if best is not None:
-        protected.add(os.path.abspath(best))
-    entries = [e for e in checkpoints.entries() if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)]
-    entries.sort(key=lambda e: e["steps"] if type(e.get("steps")) is int else -1)  # oldest first, stable
-    remaining, doomed = len(entries), []
-    for entry in entries:
-        if remaining <= max(limit, len(protected)):
-            break
-        if checkpoints.resolve(entry["file_path"]) not in protected:
-            doomed.append(id(entry))
-            remaining -= 1
-    if doomed:
-        marks = {(e["file_path"], e.get("steps"), e.get("creation_time")) for e in entries if id(e) in doomed}
-        _remove(checkpoints, lambda e: (e["file_path"], e.get("steps"), e.get("creation_time")) in marks)
-
-
-def _remove(checkpoints: CheckpointList, stale: Callable[[Mapping[str, Any]], bool]) -> None:
-    """Drop the entries ``stale`` picks in one write, then remove their folders (as ``add`` does
-    with ``keep``: a kill in between leaves a folder no longer listed, never a listed one gone)."""
-    dropped, document = drop(checkpoints, stale)
-    if dropped:
-        checkpoints._remove(dropped, document)
-
-
-def _drop_later(checkpoints: CheckpointList, step: int, output_dir: str) -> None:
-    """Drop the entries of steps after ``step`` (their folders stay): this run saves over them, file
-    by file, and a kill in the middle must not leave them listed with some files of each run."""
-    later = [e for e in checkpoints.entries() if isinstance(e, Mapping) and type(e.get("steps")) is int
-             and e["steps"] > step]
-    if not later:
-        return
-    root = checkpoints.resolve(os.curdir)
-    # A run at step 0 over recorded checkpoints: is there one it could have continued from?
-    chosen, skipped = choose(checkpoints, whole(root)) if step == 0 else (None, [])
-    drop(checkpoints, lambda e: type(e.get("steps")) is int and e["steps"] > step)
-    if step != 0:
-        return
-    start = (f"This run starts at step 0 in {root}, where {checkpoints.store.path} recorded checkpoints up to "
-             f"step {max(e['steps'] for e in later)}")
-    if chosen is None:
-        message = (f"{start}, none of them whole ({reasons(skipped)}): they are no longer listed, and this run "
-                   f"saves over their folders as it reaches their steps. To keep them, stop and move them out of "
-                   f"{root}, or train into another output_dir.")
-    else:
-        message = (f"{start}: they are no longer listed, and this run saves over their folders as it reaches "
-                   f"their steps. If you meant to continue, stop and pass trainer.train(resume_from_checkpoint="
-                   f"{os.path.join(output_dir, chosen['file_path'])!r}), the newest whole one, before this run "
-                   "saves over it; to start over without this warning, train into another output_dir.")
-    warn(TrainingStatusCheckpointWarning(message, path=checkpoints.store.path, category=CATEGORY))
-
-
-def _check_best(checkpoints: CheckpointList, args: TrainingArguments, state: TrainerState) -> None:
-    """Make the resumed state's best checkpoint a recorded, whole folder, or None (module docs)."""
-    by_folder = {checkpoints.resolve(e["file_path"]): e for e in checkpoints.entries()
-                 if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)}
-    named = state.best_model_checkpoint
-    if named is None:
-        # The Trainer itself forgets a best folder that is gone (_init_training_state) but keeps
-        # its best_metric: no later checkpoint could become best unless it beats the lost one.
-        step = getattr(state, "best_global_step", None)
-        folder = None if not step else checkpoints.resolve(f"{PREFIX_CHECKPOINT_DIR}-{step}")
-        if folder is None or folder not in by_folder:
-            return
-    else:
-        folder = os.path.abspath(named)
-    why = problem(checkpoints, by_folder.get(folder), folder)
-    if why is None:
-        return
-    candidates = [e for path, e in by_folder.items() if e.get("steps", 0) <= state.global_step
-                  and isinstance(e.get("reward"), (int, float)) and not math.isnan(e["reward"])
-                  and problem(checkpoints, e, path) is None]
-    better = max if _greater_is_better(args) else min
-    chosen = better(candidates, key=lambda e: e["reward"]) if candidates else None
-    if chosen is None:
-        state.best_model_checkpoint = state.best_metric = state.best_global_step = None
-        instead = "None (no whole recorded checkpoint has the metric): the next evaluation becomes the best"
-    else:
-        state.best_model_checkpoint = os.path.join(_output_dir(args), chosen["file_path"])
-        state.best_metric, state.best_global_step = chosen["reward"], chosen["steps"]
-        instead = f"{state.best_model_checkpoint} ({args.metric_for_best_model} {chosen['reward']})"
-    # As the Trainer spells it (args.output_dir joined), also where it had already dropped it.
-    shown = named if named is not None else os.path.join(_output_dir(args), os.path.basename(folder))
-    reason = f"{os.path.basename(folder)} {why}" if not why.startswith(os.path.basename(folder)) else why
-    warn(TrainingStatusCheckpointWarning(
-        f"The resumed trainer state's best checkpoint {shown} is not a whole checkpoint ({reason}); "
-        f"best_model_checkpoint is now {instead}. Recorded in {checkpoints.store.path}.",
-        path=checkpoints.store.path, category=CATEGORY,
-    ))
 
 
 def _route_resume() -> None:
@@ -379,8 +361,11 @@ def _route_resume() -> None:
 
     @functools.wraps(own)
     def get_last_checkpoint(folder: Any) -> Any:
-        callback = _callback_of(sys._getframe(1))
-        return own(folder) if callback is None else callback._resume_from(os.fspath(folder))
+        caller = sys._getframe(1)
+        callback = _callback_of(caller)
+        if callback is None:
+            return own(folder)
+        return callback._resume_from(os.fspath(folder), _timeout(getattr(caller.f_locals.get("self"), "args", None)))
 
     setattr(get_last_checkpoint, "_trainstatus", True)
     setattr(trainer_module, "get_last_checkpoint", get_last_checkpoint)

@@ -1,0 +1,91 @@
+"""What the Lightning plugin, its callback and its resume share: where the status file is, which
+paths are local, the score a checkpoint carries, and the check of a recorded checkpoint (a
+``.ckpt`` file, or a sharded strategy's ``.ckpt`` folder) from its metadata alone."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._checkpoints.files import FILES
+from .._errors import TrainingStatusError
+from . import _dcp_folders, _torch_zip
+
+__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "local", "score", "status_path", "whole"]
+
+STATUS_FILE = "training_status.json"
+"""The status file's name in the checkpoint's folder when no ``status_path`` is given."""
+
+CATEGORY = "lightning"
+"""The category of the status file the checkpoints are listed under (``lightning/checkpoints``)."""
+
+LIGHTNING_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME: a sharded save's trainer state
+
+
+def status_path(folder: str, given: str | None) -> str:
+    return os.path.join(folder, STATUS_FILE) if given is None else given
+
+
+def local(path: Any, action: str) -> str:
+    given = os.fspath(path)
+    if not isinstance(given, str) or "://" in given:
+        raise TrainingStatusError(
+            f"TrainStatusCheckpointIO cannot {action} {given!r}: it makes local files durable (fsync and "
+            "rename in their folder), and this is not a local path. Give ModelCheckpoint a local dirpath, "
+            "or leave the plugin out for remote storage."
+        )
+    return os.path.abspath(given)
+
+
+def score(checkpoint: Mapping[str, Any], folder: str) -> float | None:
+    """The score the folder's ``ModelCheckpoint`` monitors, as its saved state holds it, or None."""
+    states = checkpoint.get("callbacks")
+    if not isinstance(states, Mapping):
+        return None
+    for state in states.values():
+        if not isinstance(state, Mapping) or state.get("dirpath") is None:
+            continue
+        if os.path.abspath(os.fspath(state["dirpath"])) != folder or state.get("current_score") is None:
+            continue
+        try:
+            value = float(state["current_score"])
+        except (TypeError, ValueError):
+            return None
+        return value if math.isfinite(value) or math.isnan(value) else None
+    return None
+
+
+def whole(folder: str) -> Callable[[dict[str, Any]], bool]:
+    """The check of a recorded checkpoint of ``folder`` beyond its files' recorded sizes (which
+    ``CheckpointList`` checks first), from metadata alone; raises a ValueError naming what is wrong.
+
+    - A ``.ckpt`` file: ``_torch_zip.problem`` (the zip's central directory, ``data.pkl`` and
+      ``version``, each member's local header inside the file; no member's data is read).
+    - A sharded strategy's ``.ckpt`` folder (FSDP, ModelParallel: a DCP folder): ``_dcp_folders``'
+      check (``.metadata`` recorded, every chunk it names inside a recorded file), then Lightning's
+      ``meta.pt`` as a file above, when it was recorded.
+    """
+    dcp = _dcp_folders.whole(folder)
+
+    def check(entry: dict[str, Any]) -> bool:
+        name = entry["file_path"]
+        path = os.path.join(folder, name)
+        if os.path.islink(path):
+            raise ValueError(f"{name} is now a link Lightning made (save_last='link'), not the file saved")
+        files: Mapping[str, Any] = entry[FILES] if isinstance(entry.get(FILES), Mapping) else {}
+        if os.path.join(name, _dcp_folders.METADATA) in files:  # a folder: the zip files in it are checked below
+            dcp(entry)
+            if os.path.join(name, LIGHTNING_META) not in files:
+                return True
+            name, path = os.path.join(name, LIGHTNING_META), os.path.join(path, LIGHTNING_META)
+        elif os.path.isdir(path):
+            raise ValueError(f"{name} is a folder recorded without {_dcp_folders.METADATA}: not a sharded save "
+                             "that finished")
+        why = _torch_zip.problem(path)
+        if why is not None:
+            raise ValueError(f"{name} is not a whole torch checkpoint: {why}")
+        return True
+
+    return check

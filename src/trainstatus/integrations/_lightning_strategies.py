@@ -1,0 +1,198 @@
+"""Lightning's strategies, as ``TrainStatusCallback`` sees them at set-up: which save through
+``CheckpointIO``, which save sharded folders past it (recorded here), which cannot be recorded
+(refused), and whether every rank resumes from the same checkpoint.
+
+How each saves, read in Lightning 2.6.6's source (``lightning/pytorch/strategies/``):
+``Trainer.save_checkpoint`` calls ``strategy.save_checkpoint(checkpoint, filepath)`` on every rank,
+then ``strategy.barrier()``.
+
+- ``Strategy.save_checkpoint`` (DDP, single device; XLA after its ``mark_step``): global rank 0
+  hands the checkpoint to ``checkpoint_io``, which ``TrainStatusCheckpointIO`` records.
+- ``FSDPStrategy(state_dict_type="sharded")`` and ``ModelParallelStrategy(save_distributed_checkpoint=True)``:
+  ``filepath`` becomes a folder; every rank calls ``torch.distributed.checkpoint.save`` into it
+  (its own ``__<rank>_0.distcp``, then ``.metadata`` by the coordinator; the call returns on every
+  rank once ``.metadata`` is written), then rank 0 alone writes ``meta.pt`` (the trainer state)
+  with ``torch.save``. ``CheckpointIO`` is not called. A folder saved again (``last.ckpt``) is
+  written over in place, file by file. With ``state_dict_type="full"`` or
+  ``save_distributed_checkpoint=False`` they save one file through ``CheckpointIO`` instead.
+- ``DeepSpeedStrategy``: DeepSpeed's engine saves (each rank its own files under
+  ``filepath/checkpoint/``, and a ``latest`` file); no ``.metadata`` says when that folder is whole.
+
+Removing an old top-k checkpoint goes through ``checkpoint_io.remove_checkpoint`` on rank 0 for
+every strategy, folders included: the plugin drops the entry first, then the folder goes.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import lightning.pytorch.strategies as pl_strategies
+from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, Strategy
+from lightning.pytorch.strategies.xla import XLAStrategy
+
+from .._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointNotShared,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusTypeError,
+)
+from . import _collective, _collectives
+from ._common import drop
+from ._dcp_folders import METADATA
+from ._lightning_common import local, score, status_path
+
+__all__ = ["IO", "SHARDED", "Resumed", "agree", "how_it_saves", "record_sharded_saves", "timeout_of"]
+
+IO = "CheckpointIO"
+SHARDED = "sharded"
+
+_MODEL_PARALLEL: Any = getattr(pl_strategies, "ModelParallelStrategy", None)  # Lightning >= 2.4
+
+
+def how_it_saves(strategy: Strategy, sharded: bool | None) -> str:
+    """``IO`` or ``SHARDED`` (module docstring), or a ``TrainingStatusTypeError`` for a strategy
+    whose saves cannot be recorded. ``sharded``: the user's answer for a strategy whose class
+    overrides ``save_checkpoint`` and is none of Lightning's (Lightning's own are known, whatever
+    ``sharded`` says)."""
+    kind = type(strategy).__name__
+    if isinstance(strategy, DeepSpeedStrategy):
+        raise TrainingStatusTypeError(
+            f"TrainStatusCallback cannot record the checkpoints of {kind}: DeepSpeed's engine saves each rank's "
+            "files into the checkpoint folder itself, past CheckpointIO, and nothing in that folder says when it "
+            "is whole (no torch.distributed.checkpoint .metadata), so trainstatus would record nothing, or a "
+            "folder a kill cut short. Train with FSDPStrategy(state_dict_type='sharded') or ModelParallelStrategy, "
+            "whose sharded saves are recorded, or leave TrainStatusCallback and TrainStatusCheckpointIO out."
+        )
+    saver = type(strategy).save_checkpoint
+    if saver in (Strategy.save_checkpoint, XLAStrategy.save_checkpoint):
+        return IO
+    if saver is FSDPStrategy.save_checkpoint:
+        return SHARDED if getattr(strategy, "_state_dict_type", None) == "sharded" else IO
+    if _MODEL_PARALLEL is not None and saver is _MODEL_PARALLEL.save_checkpoint:
+        return SHARDED if getattr(strategy, "_save_distributed_checkpoint", True) else IO
+    if sharded is not None:  # a strategy of the user's, as the user says it saves
+        return SHARDED if sharded else IO
+    raise TrainingStatusTypeError(
+        f"TrainStatusCallback does not know how {kind} saves: its class overrides save_checkpoint, and it is "
+        "not one of Lightning's strategies whose saves trainstatus records. Say how: TrainStatusCallback("
+        "sharded=True) if every rank saves a torch.distributed.checkpoint folder at the path it is given "
+        "(as FSDPStrategy(state_dict_type='sharded') does), sharded=False if global rank 0 saves through "
+        "the strategy's checkpoint_io (as Strategy.save_checkpoint does). Nothing was recorded."
+    )
+
+
+def timeout_of(strategy: Strategy) -> float | None:
+    """The strategy's own process-group timeout (``DDPStrategy(timeout=...)``), in seconds, or None."""
+    given = getattr(strategy, "_timeout", None)
+    seconds = getattr(given, "total_seconds", None)
+    return float(seconds()) if callable(seconds) else None
+
+
+def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None) -> Callable[[], None]:
+    """Wrap ``strategy.save_checkpoint`` (on this instance) so that each sharded save is recorded
+    once every rank's files are durable; return what unwraps it.
+
+    ``plugin`` is the strategy's ``TrainStatusCheckpointIO``: its lists and ``status_path``. Every
+    rank runs the wrapper, as Lightning calls the save on every rank:
+
+    1. A folder about to be saved over (``last.ckpt``) is first dropped from the list, by rank 0,
+       and no rank begins the save before that write (``_collective.decide``): a folder half
+       written over is never found listed (same-size shards would pass a size check).
+    2. The strategy saves (``dcp.save`` on every rank, then ``meta.pt`` on rank 0).
+    3. ``_collective.record``: every rank fsyncs the files, waits for every rank's save to have
+       returned, and rank 0 records the folder (every file with its size) once it sees every
+       rank's files, only if ``.metadata`` is there.
+    """
+    original = strategy.save_checkpoint
+
+    def save_checkpoint(checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        target = local(strategy.broadcast(filepath), "save")  # rank 0's path, as the strategy saves to it
+        folder, name = os.path.split(target)
+        steps = checkpoint.get("global_step", 0)
+        steps = steps if type(steps) is int else 0
+        reward = score(checkpoint, folder)  # before the save: it pops the state out of the dict
+        what = f"{name} of {folder} (step {steps})"
+        _collective.decide(lambda: _unlist(plugin.checkpoints(folder), target), lambda _: {}, folder,
+                           what=f"the entry of {what} to drop before it is saved over", timeout=timeout)
+        original(checkpoint, filepath, storage_options=storage_options)
+
+        def write(synced: bool) -> dict[str, Any]:
+            if not os.path.isfile(os.path.join(target, METADATA)):
+                raise TrainingStatusCheckpointError(
+                    f"Cannot record {what}: {type(strategy).__name__} saved it past CheckpointIO, and it is not a "
+                    f"torch.distributed.checkpoint folder ({METADATA}, which DCP writes last, is not in it), so "
+                    "nothing says it is whole. Nothing was recorded. If this strategy saves one file through its "
+                    "checkpoint_io, use TrainStatusCallback(sharded=False).",
+                    path=status_path(folder, plugin.status_path), file_path=name,
+                )
+            recorded: dict[str, Any] = plugin.checkpoints(folder)._add(steps, name, reward=reward, synced=synced,
+                                                                       fields=_collective.entry_fields())
+            return recorded
+
+        _collective.record(target, status_path(folder, plugin.status_path), write, what=what, timeout=timeout)
+
+    strategy.save_checkpoint = save_checkpoint  # type: ignore[method-assign, unused-ignore]
+
+    def undo() -> None:
+        if vars(strategy).get("save_checkpoint") is save_checkpoint:
+            del strategy.save_checkpoint
+    return undo
+
+
+def _unlist(checkpoints: Any, target: str) -> None:
+    drop(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) == target)
+
+
+class Resumed(NamedTuple):
+    """What ``last_complete_checkpoint`` answered in this process: its folder and status file
+    (absolute), the checkpoint's name in the folder (``file_path`` of its entry) or None, and
+    whether that answer was decided by every rank together."""
+
+    folder: str
+    status_path: str | None
+    name: str | None
+    collective: bool
+
+
+def agree(resumed: Resumed | None, again: Callable[[Resumed, str], str | None], timeout: float | None) -> None:
+    """Under a process group: check that every rank resumes from the checkpoint rank 0 resumes from.
+
+    Lightning starts its process group inside ``trainer.fit``, after the user's
+    ``last_complete_checkpoint`` ran in each rank alone. Here (set-up, before anything is restored)
+    the ranks exchange what they were answered; when rank 0's answer was not already one decision,
+    ``again(resumed, shown)`` takes it together (rank 0 reads; every rank checks it sees the chosen
+    files in its own folder, ``TrainingStatusCheckpointNotShared`` on every rank if not; ``shown``,
+    rank 0's folder, names the checkpoint alike in every rank's message) and returns the name chosen;
+    a rank that was answered another name (or None) makes every rank raise the same
+    ``TrainingStatusCheckpointNotShared``. Names are compared, not paths: a share may be mounted at
+    other paths on other nodes.
+    """
+    me = _collective.ranks()
+    if me is None:
+        return
+    group, seconds = _collectives.group(timeout)
+    answers = _collectives.all_gather((me.rank, me.host, resumed), group, seconds, me, "checking the resume")
+    first = answers[0][2]
+    if first is None or first.collective:
+        return  # rank 0 resumed from a path of its own, or from a decision every rank took part in
+    with warnings.catch_warnings():  # rank 0 warned about what it passed over when it first read
+        warnings.simplefilter("ignore", TrainingStatusCheckpointWarning)
+        chosen = again(resumed if resumed is not None else first, first.folder)  # the same on every rank
+    differ = [(rank, host, given.name) for rank, host, given in answers if given is not None and given.name != chosen]
+    if differ:
+        listed = ", ".join(f"rank {rank} on {host} with {_named(name)}" for rank, host, name in differ)
+        raise TrainingStatusCheckpointNotShared(
+            f"Not every rank resumes from the same checkpoint: rank 0 resumes from {_named(chosen)} of "
+            f"{first.folder}, but last_complete_checkpoint() answered {listed}, having read another status file "
+            "or folder. No rank resumes. Every rank must see the same checkpoint folder and status file (a shared "
+            "filesystem mounted on every node): give every rank the same dirpath and status_path.",
+            ranks=[rank for rank, _, _ in differ], hosts=sorted({host for _, host, _ in differ}),
+            path=first.status_path,
+        )
+
+
+def _named(name: str | None) -> str:
+    return "nothing" if name is None else repr(name)

@@ -1,0 +1,57 @@
+"""What ``integrations._collective`` does on one rank's side, without a process group: no torch is
+needed, so these run in the default suite. The collectives themselves run in the integrations'
+tests (tests/test_integration_dcp.py, tests/test_integration_accelerate.py, ...)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus.integrations import _collective
+
+
+def test_files_another_rank_renames_during_the_sync_are_passed_by(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rank 1's save returned (its random_states_1.pkl is written); rank 0 is still saving: its
+    # safetensors temp file is renamed to model.safetensors, and a folder of its own removed,
+    # while rank 1 walks the folder to fsync it. (Measured: Accelerate, 2 processes, a save every
+    # step on two busy cores: "syncing .../checkpoint_8/.tmp0zVOOz failed (No such file or
+    # directory)", and the record failed.)
+    folder = tmp_path / "checkpoints" / "checkpoint_8"
+    for name in ("scratch", "shards"):  # removed before the walk reaches it, and once it listed it
+        (folder / name).mkdir(parents=True)
+        (folder / name / "part").write_bytes(b"p")
+    (folder / "random_states_1.pkl").write_bytes(b"1" * 10)
+    temp = folder / ".tmp0zVOOz"
+    temp.write_bytes(b"weights")
+    real = os.lstat
+    synced: list[str] = []
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(path) == str(temp) and temp.exists():
+            os.replace(temp, folder / "model.safetensors")
+            shutil.rmtree(folder / "scratch")
+        if os.fspath(path) == str(folder / "shards" / "part"):
+            shutil.rmtree(folder / "shards")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(_collective._atomic, "sync_file", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    _collective._sync_folder(str(folder), str(tmp_path / "training_status.json"))
+    assert synced == [str(folder / "random_states_1.pkl")]
+
+
+def test_the_checkpoint_folder_itself_gone_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "checkpoint_8"
+    with pytest.raises(FileNotFoundError):
+        _collective._sync_folder(str(folder), str(tmp_path / "training_status.json"))
+    # Gone while it was synced (removed by hand, or by a rank that had no business doing so).
+    folder.mkdir()
+    (folder / "random_states_0.pkl").write_bytes(b"0")
+    monkeypatch.setattr(_collective._atomic, "sync_file", lambda fd: shutil.rmtree(folder))
+    with pytest.raises(FileNotFoundError):
+        _collective._sync_folder(str(folder), str(tmp_path / "training_status.json"))

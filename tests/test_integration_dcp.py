@@ -1,0 +1,656 @@
+"""trainstatus.integrations.dcp on torch.distributed.checkpoint's real saves: FSDP2 (``fully_shard``)
+on 2 CPU processes with gloo, started by ``torchrun`` or directly, and one process without a
+process group.
+
+The children are tests/_dcp_trainer.py, run by .venv-torch's interpreter (the ``torch_python``
+fixture puts these tests in the ``integrations`` group), but for the import tests without torch,
+which run in this interpreter. The random-kill test measures, on the same kills, how often a loop
+without trainstatus (resume from the highest ``step-*`` folder) would fail to load, and prints both
+figures: docs/distributed.md quotes them.
+
+torchrun starts its workers in sessions of their own: the children print their pids, the tests
+kill by pid, and every test ends by killing, by pid, any process whose command line holds the
+test's own temporary folder (``no_leftovers``).
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import os
+import queue
+import random
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstatus import StatusStore
+
+TRAINER = Path(__file__).resolve().parent / "_dcp_trainer.py"
+BOUND = 120.0  # seconds: a generous bound for "within a bound", and every child's timeout
+HOST = socket.gethostname()
+
+
+# -- the children -------------------------------------------------------------------------------
+
+
+class Launch:
+    """One process started for a test (a rank started directly, or the torchrun agent, whose workers
+    write to the same pipe), its JSON lines read as they come by a thread."""
+
+    def __init__(self, argv: list[str], stderr: Path, *, env: dict[str, str] | None = None) -> None:
+        self.stderr_path = stderr
+        self.marker = argv[-1]  # the child's options: in the command line of each of its processes
+        with open(stderr, "w") as err:
+            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                            env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1",
+                                                 **(env or {})})
+        self.events: list[dict[str, Any]] = []
+        self.fresh: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        with open(self.stderr_path.with_suffix(".out"), "w") as raw:  # every line, for a failure's post-mortem
+            for line in self.process.stdout:
+                raw.write(line)
+                raw.flush()
+                try:
+                    fields = json.loads(line) if line.startswith("{") else None
+                except ValueError:
+                    continue
+                if isinstance(fields, dict) and "event" in fields:
+                    self.events.append(fields)
+                    self.fresh.put(fields)
+        self.fresh.put(None)  # the end: every process holding the pipe has ended
+
+    def until(self, test: Callable[[dict[str, Any]], bool], what: str, timeout: float = BOUND) -> dict[str, Any]:
+        """The first event (from the start) that passes ``test``; fail with the children's stderr if
+        they end first, or after ``timeout`` seconds."""
+        for fields in self.events:
+            if test(fields):
+                return fields
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fields = self.fresh.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                for pid in holding(self.marker, self.pids()[1:]):  # the workers' stacks, into stderr (faulthandler)
+                    os.kill(pid, signal.SIGUSR1)
+                time.sleep(1)
+                pytest.fail(f"no {what} in {timeout} s; the last events: {self.events[-6:]}\n{self.stderr()}")
+            if fields is None:
+                self.fresh.put(None)
+                pytest.fail(f"the children ended before {what}:\n{self.stderr()}")
+            if test(fields):
+                return fields
+
+    def event(self, name: str, rank: int, **match: Any) -> dict[str, Any]:
+        return self.until(lambda f: f["event"] == name and f["rank"] == rank
+                          and all(f.get(k) == v for k, v in match.items()), f"{name!r} of rank {rank} {match or ''}")
+
+    def each(self, name: str, ranks: int = 2) -> list[dict[str, Any]]:
+        return [self.event(name, rank) for rank in range(ranks)]
+
+    def pids(self) -> list[int]:
+        """This process and the workers that printed their pid (after faulthandler's SIGUSR1 was set)."""
+        return [self.process.pid] + [f["pid"] for f in self.events if f["event"] == "pid"]
+
+    def ended(self, timeout: float = BOUND) -> int:
+        """Wait until this process and every worker have ended (the pipe closed); the exit status."""
+        code = self.process.wait(timeout=timeout)
+        self.reader.join(timeout)
+        assert not self.reader.is_alive(), f"a worker still holds the pipe {timeout} s after its launcher ended"
+        deadline = time.monotonic() + timeout
+        for pid in self.pids():  # a process closes its files before it has finished ending
+            while alive(pid):
+                assert time.monotonic() < deadline, f"process {pid} outlived its launcher by {timeout} s"
+                time.sleep(0.01)
+        self.close()
+        return code
+
+    def close(self) -> None:
+        """Kill this process and its workers (by pid), if still there, and close the pipes."""
+        kill(self.pids(), self.marker)
+        self.process.wait(timeout=BOUND)
+        self.reader.join(BOUND)  # the pipe's end: every worker gone too
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except BrokenPipeError:  # stdin with a line the child never read
+                    pass
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")[-6000:]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def holding(marker: str, pids: list[int] | None = None) -> list[int]:
+    """Those of ``pids`` (default: every process but this one) that run and whose command line holds
+    ``marker`` (a test's temporary folder, a child's options)."""
+    found = []
+    for pid in pids if pids is not None else [int(n) for n in os.listdir("/proc") if n.isdigit()]:
+        if pid != os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read() and alive(pid):
+                        found.append(pid)
+            except OSError:
+                continue
+    return found
+
+
+def kill(pids: list[int], marker: str) -> None:
+    """SIGKILL each of ``pids`` that still runs a command line holding ``marker`` (a pid of ours that
+    ended may have been given to another process since)."""
+    for pid in pids:
+        if pid in holding(marker, [pid]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """No process of the test outlives it: any left is killed by pid, and fails a test that passed."""
+    yield
+    left = holding(str(tmp_path))
+    kill(left, str(tmp_path))
+    assert not left, f"processes {left} outlived the test"
+
+
+def torchrun(python: Path, tmp_path: Path, **options: Any) -> Launch:
+    """``python -m torch.distributed.run --standalone --nproc_per_node=2`` of the child."""
+    stderr = tmp_path / f"torchrun-{time.monotonic_ns()}.err"
+    return Launch([str(python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(TRAINER),
+                   json.dumps(options)], stderr)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def started_directly(python: Path, tmp_path: Path, options: dict[str, Any],
+                     wrap: Callable[[int, list[str]], list[str]] | None = None) -> list[Launch]:
+    """Ranks 0 and 1 of the child, each started as its own process with the environment
+    ``init_process_group`` reads (what a launcher sets), ``wrap`` making each command line."""
+    port = free_port()
+    launches = []
+    for rank in (0, 1):
+        argv = [str(python), str(TRAINER), json.dumps(options)]
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": "2", "GLOO_SOCKET_IFNAME": "lo"}
+        launches.append(Launch(wrap(rank, argv) if wrap else argv, tmp_path / f"rank{rank}.err", env=env))
+    return launches
+
+
+def finished(launches: list[Launch]) -> None:
+    for launch in launches:
+        assert launch.process.stdin is not None
+        launch.process.stdin.close()
+    for launch in launches:
+        assert launch.ended() == 0, launch.stderr()
+
+
+def recorded(status: Path) -> list[dict[str, Any]]:
+    if not status.exists():
+        return []
+    with StatusStore(status) as store:
+        return list(store.get("dcp", "checkpoints") or [])
+
+
+def on_disk(folder: Path) -> dict[str, int]:
+    return {f"{folder.name}/{p.name}": p.stat().st_size for p in folder.iterdir()}
+
+
+# -- one process, no process group --------------------------------------------------------------
+
+SCENARIOS = ["keep", "no_metadata", "truncated", "past_end", "rolled_back"]
+
+
+@pytest.fixture(scope="module")
+def alone(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[dict[str, Any]]]]:
+    """One child running every scenario of tests/_dcp_trainer.py's ``alone`` role, each in a folder
+    of its own; its events by scenario."""
+    base = tmp_path_factory.mktemp("dcp_alone")
+    launch = Launch([str(torch_python), str(TRAINER), json.dumps({"role": "alone", "dir": str(base),
+                                                                  "scenarios": SCENARIOS})], base / "child.err")
+    try:
+        assert launch.ended() == 0, launch.stderr()
+    finally:
+        launch.close()
+        kill(holding(str(base)), str(base))
+    by: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for fields in launch.events:
+        by[fields.get("scenario", "")].append(fields)
+    return base, by
+
+
+def only(events: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    [found] = [e for e in events if e["event"] == name]
+    return found
+
+
+def test_record_and_resume_round_trip_and_keep_removes_folders_only_after_the_record(
+        alone: tuple[Path, dict[str, list[dict[str, Any]]]]) -> None:
+    base, by = alone
+    directory, events = base / "keep", by["keep"]
+    # Importing the module and a resume that finds no status file loaded no torch module.
+    assert only(by[""], "imported") == {**only(by[""], "imported"), "torch": [], "fresh": None}
+    assert [e["names"] for e in events if e["event"] == "folders"] == [
+        ["step-1"], ["step-1", "step-2"], ["step-2", "step-3"], ["step-3", "step-4"], ["step-4", "step-5"]]
+    # Each file of a folder beyond keep=2 was removed only once the status file on disk listed
+    # the new step and no longer the removed one.
+    assert [(e["path"], e["listed"]) for e in events if e["event"] == "removing"] == [
+        (f"step-{n}/{name}", [n + 1, n + 2]) for n in (1, 2, 3) for name in (".metadata", "__0_0.distcp")]
+    entries = only(events, "entries")
+    assert entries["steps"] == [4, 5]
+    assert entries["files"] == [on_disk(directory / "step-4"), on_disk(directory / "step-5")]
+    assert set(entries["files"][1]) == {"step-5/.metadata", "step-5/__0_0.distcp"}
+    resumed = only(events, "resumed")
+    assert (resumed["path"], resumed["warnings"]) == (str(directory / "step-5"), [])
+    assert only(events, "loaded")["weight"] == [5.0]  # dcp.load of it gave back what step 5 saved
+
+
+def test_a_folder_without_metadata_is_refused_by_name(alone: tuple[Path, dict[str, list[dict[str, Any]]]]) -> None:
+    base, by = alone
+    error, entries = only(by["no_metadata"], "error"), only(by["no_metadata"], "entries")
+    folder = base / "no_metadata" / "step-1"
+    assert error["type"] == "TrainingStatusCheckpointError"
+    assert error["message"] == (
+        f"Cannot record {folder}: it has no .metadata, which torch.distributed.checkpoint writes last. Call record() "
+        "after dcp.save() returned on every rank (or after dcp.async_save()'s future completed), with the folder "
+        "given to it as checkpoint_id. Nothing was recorded.")
+    assert entries["steps"] == []
+
+
+def test_a_recorded_folder_cut_short_is_passed_over_and_dropped(
+        alone: tuple[Path, dict[str, list[dict[str, Any]]]]) -> None:
+    base, by = alone
+    directory = base / "truncated"
+    whole = (directory / "step-2" / "__0_0.distcp").stat().st_size  # every step saves the same shapes
+    resumed, entries = only(by["truncated"], "resumed"), only(by["truncated"], "entries")
+    status = directory / "training_status.json"
+    assert resumed["path"] == str(directory / "step-2")
+    assert resumed["warnings"] == [(
+        f"TrainingStatusCheckpointWarning: {directory / 'step-2'} is the newest whole checkpoint recorded in {status}; "
+        f"the newer ones cannot be resumed from: step-4/__0_0.distcp is missing; step-3/__0_0.distcp has "
+        f"{whole // 2:,} bytes, {whole:,} recorded. They are no longer listed (this run saves over their folders as it "
+        "reaches their steps, and a folder half saved over must not be found listed); their files are left in "
+        f"{directory}. To keep them, stop and move them out of {directory}, or save into another folder.")]
+    assert entries["steps"] == [1, 2]  # the newer entries dropped on resume
+    assert (directory / "step-3").is_dir() and (directory / "step-4").is_dir()  # their files left alone
+
+
+def test_metadata_naming_bytes_past_a_recorded_size_is_passed_over(
+        alone: tuple[Path, dict[str, list[dict[str, Any]]]]) -> None:
+    # The shard cut to half and that size recorded: the size check passes, .metadata does not.
+    base, by = alone
+    directory = base / "past_end"
+    half = (directory / "step-2" / "__0_0.distcp").stat().st_size
+    resumed, entries = only(by["past_end"], "resumed"), only(by["past_end"], "entries")
+    assert resumed["path"] == str(directory / "step-1")
+    [warning] = resumed["warnings"]
+    start = (f"TrainingStatusCheckpointWarning: {directory / 'step-1'} is the newest whole checkpoint recorded in "
+             f"{directory / 'training_status.json'}; the newer ones cannot be resumed from: step-2/.metadata names "
+             "bytes 0-")
+    assert warning.startswith(start), warning
+    end = warning[len(start):].split(" ", 1)
+    assert int(end[0].replace(",", "")) > half
+    assert end[1].startswith(f"of step-2/__0_0.distcp, which has {half:,} bytes recorded. They are no longer listed")
+    assert entries["steps"] == [1]
+
+
+def test_a_run_that_went_back_drops_the_later_entries_when_it_records(
+        alone: tuple[Path, dict[str, list[dict[str, Any]]]]) -> None:
+    base, by = alone
+    directory = base / "rolled_back"
+    assert only(by["rolled_back"], "entries")["steps"] == [1, 2]
+    resumed = only(by["rolled_back"], "resumed")
+    assert (resumed["path"], resumed["warnings"]) == (str(directory / "step-2"), [])
+    # Their folders stay (a run saves over each as it reaches its step).
+    assert sorted(p.name for p in directory.glob("step-*")) == ["step-1", "step-2", "step-3", "step-4"]
+
+
+IMPORT_CHECK = """
+import os, sys
+import trainstatus.integrations.dcp as dcp
+from trainstatus.integrations import _collective
+directory = sys.argv[1]
+folder = os.path.join(directory, "step-1")
+os.makedirs(folder)
+for name, data in ((".metadata", b"plan"), ("__0_0.distcp", b"0" * 10)):
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+print(dcp.last_complete_checkpoint(directory), _collective.ranks())
+print(sorted(dcp.record(folder, 1)["files"].items()))
+print(sorted(m for m in sys.modules if m.split(".")[0] == "torch"))
+"""
+
+
+def imports_no_torch(python: str, tmp_path: Path) -> None:
+    done = subprocess.run([python, "-c", IMPORT_CHECK, str(tmp_path / "ckpt")], capture_output=True, text=True,
+                          timeout=BOUND, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "None None\n[('step-1/.metadata', 4), ('step-1/__0_0.distcp', 10)]\n[]\n"
+
+
+def test_importing_and_recording_without_a_process_group_import_no_torch(tmp_path: Path) -> None:
+    # The default environment (no torch): the module imports, records, and finds nothing to resume.
+    imports_no_torch(sys.executable, tmp_path)
+
+
+def test_importing_and_recording_import_no_torch_where_it_is_installed(torch_python: Path, tmp_path: Path) -> None:
+    imports_no_torch(str(torch_python), tmp_path)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed in this environment")
+def test_a_resume_without_torch_says_so_and_drops_nothing(tmp_path: Path) -> None:
+    # Without torch the .metadata check cannot run: that is said, not taken for "every folder
+    # unreadable" (which would drop them all from the list).
+    directory = tmp_path / "ckpt"
+    imports_no_torch(sys.executable, tmp_path)
+    code = ("import sys\nfrom trainstatus.integrations.dcp import last_complete_checkpoint\n"
+            "try:\n    last_complete_checkpoint(sys.argv[1])\nexcept ModuleNotFoundError as e:\n    print(e.name, e)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, timeout=BOUND,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"torch Cannot tell whether the checkpoints recorded under {directory} are whole: reading their .metadata needs "
+        "torch.distributed.checkpoint, which cannot be imported here (No module named 'torch'). Nothing was read or "
+        "dropped; call last_complete_checkpoint() where torch is installed (where the run loads it).\n")
+    assert [e["steps"] for e in recorded(directory / "training_status.json")] == [1]
+
+
+# -- two ranks ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def late(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Launch]:
+    """A torchrun run of one step where rank 1 writes a file of its own into the folder after the
+    save, half of it, then the rest 2 s later, and only then reaches ``record``."""
+    base = tmp_path_factory.mktemp("dcp_late")
+    launch = torchrun(torch_python, base, dir=str(base / "ckpt"), steps=1, late=True)
+    try:
+        launch.each("done")
+        assert launch.ended() == 0, launch.stderr()
+    finally:
+        launch.close()
+        kill(holding(str(base)), str(base))
+    return base / "ckpt", launch
+
+
+def test_the_record_waits_for_every_rank_and_lists_its_files_whole(late: tuple[Path, Launch]) -> None:
+    directory, launch = late
+    arrived = launch.event("arrive", 1)
+    ours, theirs = launch.each("recorded")
+    # Rank 0's record() returned only after rank 1 reached its own; both got the same entry.
+    assert ours["t"] >= arrived["t"]
+    assert ours["files"] == theirs["files"] == on_disk(directory / "step-1")
+    assert ours["files"]["step-1/extra-rank1.bin"] == 100_000  # its final size, not the half written at first
+    assert {"step-1/.metadata", "step-1/__0_0.distcp", "step-1/__1_0.distcp"} < set(ours["files"])
+    [entry] = recorded(directory / "training_status.json")
+    assert (entry["steps"], entry["file_path"], entry["files"]) == (1, "step-1", ours["files"])
+
+
+def test_kills_at_random_moments_resume_from_the_newest_recorded_step(torch_python: Path, tmp_path: Path,
+                                                                      seed: int, no_leftovers: None) -> None:
+    """SIGKILL one rank or the whole torchrun group (agent and workers) at random moments, a good
+    share inside saves, 20 times. After each kill (every process ended) the status file is read; the
+    next launch resumes from exactly its newest step, on both ranks; the same launch measures whether
+    the highest ``step-*`` folder (what a loop without trainstatus takes) loads. At the end the
+    parameters equal those of an uninterrupted run of as many steps, bit for bit."""
+    rng = random.Random(seed)
+    directory, status = tmp_path / "ckpt", tmp_path / "ckpt" / "training_status.json"
+    kills, newest, resumes = 20, 0, 0
+    tally: collections.Counter[str] = collections.Counter()
+    saves = [0.05]  # seconds each save took (save-begin to save-end), to aim kills inside saves
+    for kill_number in range(kills + 1):
+        final = kill_number == kills
+        launch = torchrun(torch_python, tmp_path, dir=str(directory), steps=newest + 4 if final else 10**6, keep=3,
+                          theirs=True, timeout=BOUND)
+        victims = [0, 1]
+        try:
+            pid_events = launch.each("pid")
+            moment = "final" if final else rng.choice(["start", "any", "in save", "in save"])
+            if moment == "start":  # in the check of the highest folder, the resume, or the first step
+                time.sleep(rng.uniform(0.0, 1.5))
+            else:
+                launch.each("resumed")
+            if final:
+                done = launch.each("done")
+                assert launch.ended() == 0, launch.stderr()
+            else:
+                victims = rng.choice([[0], [1], [0, 1]])
+                if moment == "any":
+                    time.sleep(rng.uniform(0.0, 0.6))
+                elif moment == "in save":
+                    launch.event("save-begin", victims[-1], step=newest + rng.randint(1, 3))
+                    time.sleep(rng.uniform(0.0, sorted(saves)[len(saves) // 2]))
+                workers = [pid_events[rank]["pid"] for rank in victims]
+                kill(workers + ([launch.process.pid] if len(victims) == 2 else []), launch.marker)
+                assert launch.ended() != 0
+        finally:
+            launch.close()
+        # Both ranks resumed from exactly the newest recorded step (or the kill came first), and
+        # what the highest folder would have given a loop without trainstatus.
+        for resumed in (e for e in launch.events if e["event"] == "resumed"):
+            assert (resumed["path"], resumed["step"], resumed["warnings"]) == (
+                str(directory / f"step-{newest}") if newest else None, newest, []), (kill_number, resumed)
+            resumes += resumed["rank"] == 0 and resumed["path"] is not None
+        theirs = [e for e in launch.events if e["event"] == "theirs"]
+        if len(theirs) == 2 and theirs[0]["path"] is not None:
+            tally["theirs tried"] += 1
+            tally["theirs failed"] += not all(e["ok"] for e in theirs)
+        if final:
+            break
+        # Where the kill landed, as the children printed it.
+        tally["group" if len(victims) == 2 else "one rank"] += 1
+        landed = set()
+        for rank in (0, 1):
+            mine = [(e["event"], e.get("step")) for e in launch.events if e["rank"] == rank]
+            begun = {e["step"]: e["t"] for e in launch.events if e["rank"] == rank and e["event"] == "save-begin"}
+            saves += [e["t"] - begun[e["step"]] for e in launch.events if e["rank"] == rank and e["event"] == "save-end"]
+            last = max(begun, default=0)
+            if rank in victims and last and ("save-end", last) not in mine:
+                landed.add("save")
+            elif rank in victims and last and ("recorded", last) not in mine:
+                landed.add("record")
+        tally["inside a save"] += "save" in landed
+        tally["in a record"] += landed == {"record"}
+        # The status file after the kill: in order, at most keep=3 entries, every folder there with
+        # its .metadata, never behind what it recorded before.
+        entries = recorded(status)
+        steps = [e["steps"] for e in entries]
+        assert steps == sorted(steps) and len(steps) <= 3, (kill_number, steps)
+        assert all((directory / e["file_path"] / ".metadata").is_file() for e in entries), (kill_number, entries)
+        assert not steps or steps[-1] >= newest, (kill_number, steps, newest)
+        newest = steps[-1] if steps else 0
+    assert tally["inside a save"] > 0, tally
+    # An uninterrupted run of as many steps ends with the same parameters, bit for bit.
+    reference = torchrun(torch_python, tmp_path, dir=str(tmp_path / "reference"), steps=newest + 4, keep=3,
+                         timeout=BOUND)
+    try:
+        expected = reference.each("done")
+        assert reference.ended() == 0, reference.stderr()
+    finally:
+        reference.close()
+    assert done[0]["digest"] == expected[0]["digest"] is not None
+    print(f"\nDCP with FSDP2 (torchrun, 2 ranks), {kills} SIGKILLs at random moments ({tally['one rank']} of one "
+          f"rank, {tally['group']} of the whole group; {tally['inside a save']} inside a save, {tally['in a record']} "
+          "after a save, before its record returned):\n"
+          f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed, 0 went back past the newest "
+          "record; final parameters equal to an uninterrupted run's, bit for bit\n"
+          f"  the highest step-* folder (a loop without trainstatus): {tally['theirs failed']} of "
+          f"{tally['theirs tried']} resumes would have failed")
+    sys.stdout.flush()
+
+
+# -- a rank that stops, and node-local folders -------------------------------------------------
+
+
+def test_a_rank_that_leaves_before_its_record_is_named_by_rank_0(torch_python: Path, tmp_path: Path,
+                                                                  no_leftovers: None) -> None:
+    # Rank 1 ends (os._exit) after its dcp.save returned, before record(): rank 0's record raises
+    # within the timeout given (5 s), naming rank 1, and records nothing.
+    directory = tmp_path / "ckpt"
+    launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
+                                                          "exit_before_record": 1})
+    try:
+        error = launches[0].event("error", 0)
+        assert launches[1].ended() == 3, launches[1].stderr()
+        finished(launches[:1])
+    finally:
+        for launch in launches:
+            launch.close()
+    assert error["type"] == "TrainingStatusCollectiveError"
+    assert error["message"] == (
+        f"Rank 0 of 2 on {HOST}, recording {directory / 'step-1'} (step 1): rank 1 (the last it reached: the check "
+        f"of choosing the newest complete checkpoint of {directory}) did not answer within 5 s ([Rank 0]: Ranks 1 "
+        "failed to pass monitoredBarrier in 5000 ms). Nothing more was recorded or chosen by this rank. Look at that "
+        "rank's own output (it may have crashed or be stuck in its save); a larger timeout= helps only a rank that "
+        "is slow, not one that stopped.")
+    assert error["seconds"] < BOUND
+    assert recorded(directory / "training_status.json") == []
+
+
+def test_a_rank_that_leaves_after_the_barrier_is_named_by_rank_0(torch_python: Path, tmp_path: Path,
+                                                                 no_leftovers: None) -> None:
+    # Rank 1 passes the record's barrier, then ends before the gather of the ranks' views.
+    directory = tmp_path / "ckpt"
+    launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
+                                                          "exit_after": [1, "_barrier"]})
+    try:
+        error = launches[0].event("error", 0)
+        assert launches[1].ended() == 3, launches[1].stderr()
+        finished(launches[:1])
+    finally:
+        for launch in launches:
+            launch.close()
+    assert recorded(directory / "training_status.json") == []
+    assert error["type"] == "TrainingStatusCollectiveError"
+    # Torch's own error names a peer address only; the store of the process group says which rank
+    # never reached the gather.
+    assert error["message"].startswith(
+        f"Rank 0 of 2 on {HOST}, recording {directory / 'step-1'} (step 1): rank 1 (the last it reached: the "
+        f"barrier of recording {directory / 'step-1'} (step 1)) did not answer within 5 s ("), error["message"]
+
+
+def test_a_rank_late_past_the_timeout_is_named_and_raises_too(torch_python: Path, tmp_path: Path,
+                                                              no_leftovers: None) -> None:
+    # Rank 1 waits (for the test) before its record until rank 0's has raised, naming it; then its
+    # own record raises too: rank 0 no longer answers. Neither hangs; nothing is recorded.
+    directory = tmp_path / "ckpt"
+    launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
+                                                          "hold_before_record": 1, "linger": True})
+    try:
+        first = launches[0].event("error", 0)
+        assert launches[1].process.stdin is not None
+        launches[1].process.stdin.write("go\n")
+        launches[1].process.stdin.flush()
+        second = launches[1].event("error", 1)
+        finished(launches)
+    finally:
+        for launch in launches:
+            launch.close()
+    assert (first["type"], second["type"]) == ("TrainingStatusCollectiveError",) * 2
+    what = f"recording {directory / 'step-1'} (step 1)"
+    assert first["message"].startswith(
+        f"Rank 0 of 2 on {HOST}, {what}: rank 1 (the last it reached: the check of choosing the newest complete "
+        f"checkpoint of {directory}) did not answer within 5 s ([Rank 0]: Ranks 1 failed to pass monitoredBarrier "
+        "in 5000 ms). "), first["message"]
+    assert second["message"].startswith(
+        f"Rank 1 of 2 on {HOST}, {what}: rank 0 did not answer within 5 s ("), second["message"]
+    assert first["seconds"] < BOUND and second["seconds"] < BOUND
+    assert recorded(directory / "training_status.json") == []
+
+
+def on_nodes(python: Path, tmp_path: Path, root: Path, options: dict[str, Any]) -> list[Launch]:
+    """Ranks 0 and 1 as if on two machines: each in a mount namespace of its own where ``root`` is
+    its node's folder (``tmp_path/node0``, ``node1``: two local disks), under hostname node0, node1."""
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    for node in nodes:
+        node.mkdir(exist_ok=True)
+    root.mkdir()
+
+    def wrap(rank: int, argv: list[str]) -> list[str]:
+        script = (f"hostname node{rank} && mount --bind {shlex.quote(str(nodes[rank]))} {shlex.quote(str(root))} "
+                  f"&& exec {shlex.join(argv)}")
+        return ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script]
+
+    return started_directly(python, tmp_path, {"dir": str(root), "timeout": BOUND, **options}, wrap)
+
+
+def test_a_save_into_node_local_folders_is_refused_on_every_rank(torch_python: Path, tmp_path: Path,
+                                                                  no_leftovers: None) -> None:
+    # dcp.save succeeds (each rank writes into its own node's folder; .metadata on node 0's), but
+    # the record sees rank 1's shard missing from rank 0's view: both ranks raise the same error.
+    root = tmp_path / "ckpt"
+    launches = on_nodes(torch_python, tmp_path, root, {"steps": 1})
+    try:
+        errors = [launch.event("error", rank) for rank, launch in enumerate(launches)]
+        finished(launches)
+    finally:
+        for launch in launches:
+            launch.close()
+    folder = root / "step-1"
+    for error in errors:
+        assert (error["type"], error["ranks"], error["hosts"]) == ("TrainingStatusCheckpointNotShared", [1], ["node1"])
+        assert error["message"] == (
+            f"Cannot record {folder} (step 1): the ranks do not see the same files in {folder}: rank 1 on node1 wrote "
+            "__1_0.distcp, which rank 0 on node0 does not see. Nothing was recorded. Every rank must write its files "
+            "into one folder that every node sees at the same path (a shared filesystem); node-local output folders "
+            "cannot hold a checkpoint that every rank resumes from.")
+        assert error["seconds"] < BOUND
+    assert sorted(os.listdir(tmp_path / "node0" / "step-1")) == [".metadata", "__0_0.distcp"]
+    assert sorted(os.listdir(tmp_path / "node1" / "step-1")) == ["__1_0.distcp"]
+    assert not (tmp_path / "node0" / "training_status.json").exists()
+
+
+def test_a_resume_from_a_checkpoint_only_node_0_has_is_refused_on_every_rank(
+        torch_python: Path, tmp_path: Path, late: tuple[Path, Launch], no_leftovers: None) -> None:
+    # Node 0's folder holds a whole recorded checkpoint (made by a run on one shared folder), node
+    # 1's is empty: last_complete_checkpoint raises the same error on both ranks, naming rank 1.
+    shutil.copytree(late[0], tmp_path / "node0")
+    root = tmp_path / "ckpt"
+    launches = on_nodes(torch_python, tmp_path, root, {"steps": 1})
+    try:
+        errors = [launch.event("error", rank) for rank, launch in enumerate(launches)]
+        finished(launches)
+    finally:
+        for launch in launches:
+            launch.close()
+    for error in errors:
+        assert (error["type"], error["ranks"], error["hosts"]) == ("TrainingStatusCheckpointNotShared", [1], ["node1"])
+        assert error["message"] == (
+            f"Not every rank can resume from the newest complete checkpoint of {root}: rank 1 on node1: "
+            f"{root / 'step-1' / '.metadata'} is not there. Every rank must see the same "
+            "checkpoint folder (rank 1 cannot), so none resumes. Put the checkpoints on storage every node mounts at "
+            "the same path (a shared filesystem), or copy the folder to every node's path, and start again.")
+        assert error["seconds"] < BOUND
+    assert [e["steps"] for e in recorded(tmp_path / "node0" / "training_status.json")] == [1]  # nothing dropped
+    assert os.listdir(tmp_path / "node1") == []
