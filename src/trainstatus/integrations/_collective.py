@@ -92,19 +92,13 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
         except OSError as exc:
             problem = f"listing {exc.filename or folder} failed ({exc.strerror or exc})"
     views = _gather((me.rank, me.host, view, problem), group, seconds, me, f"recording {what}")
-    outcome: Any = None
-    if me.rank == 0:
+
+    def checked_write() -> dict[str, Any]:
         assert views is not None
-        try:
-            _check_views(views, folder, what)
-            outcome = write(True)
-        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, then rank 0 raises it
-            _broadcast(_shipped(exc, me, f"recording {what}"), group, seconds, me, f"recording {what}")
-            raise
-    outcome = _broadcast(outcome, group, seconds, me, f"recording {what}")
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return dict(outcome)
+        _check_views(views, folder, what)
+        return write(True)
+
+    return dict(_from_rank_0(checked_write, me, group, seconds, f"recording {what}"))
 
 
 def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], root: str, *, what: str,
@@ -120,16 +114,7 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
     if me is None:
         return choose()
     group, seconds = _group(timeout)
-    chosen: Any = None
-    if me.rank == 0:
-        try:
-            chosen = choose()
-        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, then rank 0 raises it
-            _broadcast(_shipped(exc, me, f"choosing {what}"), group, seconds, me, f"choosing {what}")
-            raise
-    chosen = _broadcast(chosen, group, seconds, me, f"choosing {what}")
-    if isinstance(chosen, BaseException):
-        raise chosen
+    chosen = _from_rank_0(choose, me, group, seconds, f"choosing {what}")
     problem = None if chosen is None else _unseen(root, files(chosen))
     reports = _all_gather((me.rank, me.host, problem), group, seconds, me, f"choosing {what}")
     failed = [(rank, host, why) for rank, host, why in reports if why is not None]
@@ -143,7 +128,23 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
             "the folder to every node's path, and start again.",
             ranks=[rank for rank, _, _ in sorted(failed)], hosts=sorted({host for _, host, _ in failed}),
         )
-    return chosen  # type: ignore[no-any-return]
+    return chosen
+
+
+def _from_rank_0(produce: Callable[[], T], me: Ranks, group: Any, seconds: float, doing: str) -> T:
+    """What ``produce()`` returns on rank 0, on every rank; if it raises, every rank raises it (the
+    others a copy, ``_shipped``) and no rank waits for an answer that will not come."""
+    outcome: Any = None
+    if me.rank == 0:
+        try:
+            outcome = produce()
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, then rank 0 raises it
+            _broadcast(_shipped(exc, me, doing), group, seconds, me, doing)
+            raise
+    outcome = _broadcast(outcome, group, seconds, me, doing)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome  # type: ignore[no-any-return]
 
 
 def _shipped(exc: Exception, me: Ranks, doing: str) -> TrainingStatusError:
