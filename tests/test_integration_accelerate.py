@@ -20,20 +20,18 @@ from __future__ import annotations
 import collections
 import json
 import os
-import queue
 import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _launch
 import pytest
+from _launch import alive, free_port, holding, kill
 from _trainer_child import users_line
 
 from trainstatus import StatusStore
@@ -48,72 +46,12 @@ SAVED = users_line(TRAINER, "saved = save_state(")
 # -- the children -------------------------------------------------------------------------------
 
 
-class Launch:
-    """One child (a process alone, or the torchrun agent, whose workers write to the same pipe),
-    its JSON lines read as they come by a thread."""
+class Launch(_launch.Launch):
+    """One child (a process alone, or the torchrun agent, whose workers write to the same pipe), with
+    this file's environment and bound."""
 
     def __init__(self, argv: list[str], stderr: Path, stdin: int = subprocess.DEVNULL) -> None:
-        self.stderr_path = stderr
-        with open(stderr, "w") as err:
-            self.process = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=err, text=True,
-                                            env={**os.environ, **ENV})
-        self.events: list[dict[str, Any]] = []
-        self.fresh: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                fields = json.loads(line) if line.startswith("{") else None
-            except ValueError:
-                continue
-            if isinstance(fields, dict) and "event" in fields:
-                self.events.append(fields)
-                self.fresh.put(fields)
-        self.fresh.put(None)  # every process holding the pipe has ended
-
-    def until(self, test: Callable[[dict[str, Any]], bool], what: str, timeout: float = BOUND) -> dict[str, Any]:
-        """The first event (from the start) that passes ``test``; fail with the children's stderr if
-        they end first, or after ``timeout`` seconds."""
-        for fields in list(self.events):
-            if test(fields):
-                return fields
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fields = self.fresh.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"no {what} in {timeout} s:\n{self.stderr()}")
-            if fields is None:
-                self.fresh.put(None)
-                pytest.fail(f"the children ended before {what}:\n{self.stderr()}")
-            if test(fields):
-                return fields
-
-    def event(self, name: str, rank: int, **match: Any) -> dict[str, Any]:
-        return self.until(lambda f: f["event"] == name and f["rank"] == rank
-                          and all(f.get(k) == v for k, v in match.items()), f"{name!r} of rank {rank} {match or ''}")
-
-    def each(self, name: str, ranks: int = 2) -> list[dict[str, Any]]:
-        return [self.event(name, rank) for rank in range(ranks)]
-
-    def all(self, name: str, rank: int = 0) -> list[dict[str, Any]]:
-        return [f for f in self.events if f["event"] == name and f["rank"] == rank]
-
-    def pids(self) -> list[int]:
-        return [self.process.pid] + [f["pid"] for f in self.events if f["event"] == "pid"]
-
-    def ended(self, timeout: float = BOUND) -> int:
-        """Wait until this process and every worker ended (the pipe closed); the exit status."""
-        code = self.process.wait(timeout=timeout)
-        self.reader.join(timeout)
-        assert not self.reader.is_alive(), f"a worker still holds the pipe {timeout} s after its launcher ended"
-        for pid in self.pids():
-            assert not alive(pid), f"process {pid} outlived its launcher"
-        self.close()
-        return code
+        super().__init__(argv, stderr, env=ENV, stdin=stdin, bound=BOUND)
 
     def finished(self) -> list[dict[str, Any]]:
         """Every rank's ``done``, exit 0, and no save that raised (the child stops training at one)."""
@@ -124,50 +62,6 @@ class Launch:
             self.close()
         assert [e for e in self.events if e["event"] == "error"] == []
         return done
-
-    def close(self) -> None:
-        kill(self.pids())
-        self.process.wait(timeout=BOUND)
-        for stream in (self.process.stdin, self.process.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except BrokenPipeError:
-                    pass
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")[-6000:]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
-def holding(marker: str) -> list[int]:
-    """The pids of the processes whose command line holds ``marker`` (a test's temporary folder)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if marker.encode() in f.read() and alive(int(name)):
-                        found.append(int(name))
-            except OSError:
-                continue
-    return found
-
-
-def kill(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def torchrun(python: Path, where: Path, **options: Any) -> Launch:
@@ -274,7 +168,7 @@ def server(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     started = Workers(torch_python, where)
     yield started
     started.close()
-    kill(holding(str(where)))
+    kill(holding(str(where)), str(where))
 
 
 @pytest.fixture
@@ -284,14 +178,8 @@ def workers(server: Workers) -> Iterator[Workers]:
     first = len(server.runs)
     yield server
     left = [pid for run in server.runs[first:] for pid in run.pids if alive(pid)]
-    kill(left)
+    kill(left, str(server.where))
     assert not left, f"workers {left} outlived the test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- reading what a run left --------------------------------------------------------------------
@@ -330,7 +218,7 @@ def base(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     try:
         launch.finished()
     finally:
-        kill(holding(str(where)))
+        kill(holding(str(where)), str(where))
     return where / "project", launch
 
 
@@ -560,10 +448,10 @@ def test_kills_at_random_moments_resume_from_the_newest_recorded_save(workers: W
             elif moment == "in Accelerate's save":
                 run.event("writing", victims[-1], step=newest + 1 + rng.randint(1, 3))
                 time.sleep(rng.uniform(0.0, sorted(writes)[len(writes) // 2]))
-            kill([run.pids[rank] for rank in victims])
+            kill([run.pids[rank] for rank in victims], str(workers.where))
             if len(victims) == 1:  # torchrun's agent stops the other process soon after
                 time.sleep(rng.uniform(0.0, 0.3))
-                kill(run.pids)
+                kill(run.pids, str(workers.where))
             run.exits()
         events = run.events
         # Both processes resumed from exactly the newest recorded save (or the kill came first).
