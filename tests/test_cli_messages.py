@@ -11,13 +11,14 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from trainstatus import StatusStore
+from trainstatus import CheckpointList, StatusStore
 from trainstatus._storage import atomic as _atomic, history as _history
 from trainstatus._storage.closer import _closer
 from trainstatus._cli import base as _cli_base, main as _cli_main, parser as _cli_parser
@@ -379,6 +380,37 @@ def test_prune_missing_drops_the_entries_check_files_warns_about(
     assert (tmp_path / "results" / "run1" / "Walker" / "Walker-200.onnx").exists()  # files are not touched
     assert _cli_main.main(["prune-missing", "--root", str(tmp_path), str(status)]) == 0
     assert capsys.readouterr().out.endswith(f"nothing removed: every file a checkpoints list of {status} names exists with its recorded size\n")
+
+
+@pytest.mark.parametrize("files", [1, 10])
+def test_check_files_says_a_deleted_checkpoint_folder_once_with_how_many_files_it_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: int
+) -> None:
+    # One line per missing folder, not one per file recorded in it (a deleted checkpoint-100/ of
+    # ten files was eleven near-identical warnings); a file missing from a folder that is still
+    # there keeps its own line, and the folder kept whole is not mentioned.
+    run = tmp_path / "run"
+    status = run / "training_status.json"
+    with StatusStore(status) as store:
+        checkpoints = CheckpointList(store, "transformers", keep=None, root=run)
+        for step in (100, 200, 300):
+            folder = run / f"checkpoint-{step}"
+            folder.mkdir(parents=True)
+            for i in range(files):
+                (folder / f"shard-{i}.bin").write_bytes(b"x" * (i + 1))
+            checkpoints.add(step, f"checkpoint-{step}")
+    shutil.rmtree(run / "checkpoint-100")
+    (run / "checkpoint-300" / "shard-0.bin").unlink()
+    prune = f"`trainstatus prune-missing {status}` removes such entries"
+    assert _cli_main.main(["check", "--files", str(status)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("warning: ")] == [
+        f"warning: transformers/checkpoints lists the folder checkpoint-100 ({'1 file' if files == 1 else '10 files'} "
+        f"recorded in it), which does not exist (under {run}); a resume from it fails: put the folder back, or {prune}",
+        f"warning: transformers/checkpoints lists checkpoint-300/shard-0.bin, which does not exist (under {run}); "
+        f"a resume from it fails: put the file back, or {prune}",
+    ]
+    assert out[-1] == f"{status}: sound, with 2 warnings"
 
 
 @pytest.mark.parametrize("command", [["check", "--files"], ["prune-missing"]])

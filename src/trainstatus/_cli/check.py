@@ -87,9 +87,37 @@ def _temp_files(directory: str, name: str) -> list[tuple[str, int | None]]:
     return sorted(found)
 
 
+def _fold_folders(missing: list[tuple[str, str, str]]) -> list[tuple[str, str, str, int]]:
+    """``(category, key, path, files folded in)``: each missing path, but those under a missing
+    folder the same list names, counted into that folder's line instead. A checkpoint folder deleted
+    whole (Transformers' ``checkpoint-500/``) is one finding, not one warning per file it held."""
+    gone = {(category, key, os.path.normpath(path)) for category, key, path in missing}
+
+    def folder_of(category: str, key: str, path: str) -> str | None:
+        outermost = None
+        child, parent = os.path.normpath(path), os.path.dirname(os.path.normpath(path))
+        while parent and parent != child:  # up to "" (relative) or "/" (its own dirname)
+            if (category, key, parent) in gone:
+                outermost = parent
+            child, parent = parent, os.path.dirname(parent)
+        return outermost
+
+    inside: dict[tuple[str, str, str], set[str]] = {}
+    kept = []
+    for category, key, path in missing:
+        folder = folder_of(category, key, path)
+        if folder is None:
+            kept.append((category, key, path))
+        else:
+            inside.setdefault((category, key, folder), set()).add(os.path.normpath(path))
+    return [(category, key, path, len(inside.get((category, key, os.path.normpath(path)), ())))
+            for category, key, path in kept]
+
+
 def _check_files(report: _Report, document: Document, path: str, root: str | None) -> None:
     """``check --files``: every file a checkpoint entry lists must exist and, where the entry
-    recorded sizes, have its recorded size (a warning each if not), relative paths under the folder
+    recorded sizes, have its recorded size (a warning each if not, a missing folder's files counted in
+    its one warning: ``_fold_folders``), relative paths under the folder
     each category records, else ``--root``, else the current directory (one line says which)."""
     categories = {c: {k: decode(e) for k, e in entries.items()} for c, entries in document.categories.items()}
     status_path = path if is_url(path) else os.path.abspath(path)
@@ -137,9 +165,11 @@ def _check_files(report: _Report, document: Document, path: str, root: str | Non
             return f"`{shlex.join([PROG, 'delete', path, category, key])}` removes it"
         return f"`{shlex.join([PROG, 'prune-missing', *rooted, path])}` removes such entries"
 
-    for category, key, file_path in missing:
-        report("warning", f"{_where(category, key)} lists {file_path}, which does not exist (under "
-                          f"{bases[category].shown()}); a resume from it fails: put the file back, or {fix(category, key)}")
+    for category, key, file_path, inside in _fold_folders(missing):
+        what = (f"the folder {file_path} ({_plural(inside, 'file')} recorded in it)" if inside else file_path)
+        report("warning", f"{_where(category, key)} lists {what}, which does not exist (under "
+                          f"{bases[category].shown()}); a resume from it fails: put the "
+                          f"{'folder' if inside else 'file'} back, or {fix(category, key)}")
     for category, key, _, why in changed:
         report("warning", f"{_where(category, key)}: {why} (under {bases[category].shown()}); the checkpoint was "
                           f"changed since it was recorded (truncated, overwritten) and a resume from it fails: put "
