@@ -6,7 +6,13 @@ Each is one ``torch.distributed`` call (``monitored_barrier``, ``gather_object``
 died) becomes a ``TrainingStatusCollectiveError`` naming the ranks that did not answer: rank 0's
 ``monitored_barrier`` names them itself; for the others, each rank notes in the process group's
 own store which collective it entered (``_Progress``), so the failing rank can tell which ranks
-never reached it. torch is imported inside the calls only.
+never reached it.
+
+torch is never imported here: every call reaches ``torch.distributed`` through ``distributed()``,
+which finds it in ``sys.modules`` (a process group exists only if the program imported it). That
+function is the seam tests replace: tests/_fake_group.py runs each rank as a thread with a
+``Distributed`` of its own (a stand-in for ``torch.distributed`` over queues, a host name, its own
+groups and progress), so the protocol of ``_collective`` runs in milliseconds without torch.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from typing import Any, TypeVar
 
 from .._errors import TrainingStatusCollectiveError
 
-__all__ = ["DEFAULT_TIMEOUT", "Ranks", "all_gather", "barrier", "broadcast", "gather", "group", "ranks"]
+__all__ = ["DEFAULT_TIMEOUT", "Distributed", "Ranks", "all_gather", "barrier", "broadcast", "distributed", "gather",
+           "group", "ranks"]
 
 DEFAULT_TIMEOUT = 1800.0
 """Seconds a collective waits for every rank when no timeout is given: torch's own default
@@ -39,18 +46,49 @@ class Ranks:
     host: str
 
 
+class Distributed:
+    """This process's way to ``torch.distributed``, and what the collectives keep per process: the
+    gloo groups made (by timeout) and the progress noted in the process group's store.
+
+    ``module()`` is ``torch.distributed`` if the program imported it, else None; ``host()`` names
+    this machine in messages. A stand-in (tests/_fake_group.py) overrides both and answers every
+    call this module makes of the real one, as torch does.
+    """
+
+    def __init__(self) -> None:
+        self.groups: dict[float, Any] = {}  # timeout: the gloo group made for it
+        self.progress = _Progress(self)
+
+    def module(self) -> Any:
+        return sys.modules.get("torch.distributed")
+
+    def host(self) -> str:
+        return socket.gethostname()
+
+    def loaded(self) -> Any:
+        """``module()``, which is there once ``ranks()`` found a process group."""
+        dist = self.module()
+        assert dist is not None, "a collective ran without a process group (ranks() is None)"
+        return dist
+
+
+def distributed() -> Distributed:
+    """The ``Distributed`` the collectives of this process (of this rank) run on: the one over the
+    real ``torch.distributed``. Tests replace this function (see the module docstring)."""
+    return _PROCESS
+
+
 def ranks() -> Ranks | None:
     """This process's rank, the world size and this host, or None when no process group of two or
     more ranks is initialized (then every call of this module is the one-process call it wraps)."""
-    dist = sys.modules.get("torch.distributed")
+    place = distributed()
+    dist = place.module()
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
     world = int(dist.get_world_size())
     if world < 2:
         return None
-    return Ranks(int(dist.get_rank()), world, socket.gethostname())
-
-_GROUPS: dict[float, Any] = {}  # timeout: the gloo group made for it
+    return Ranks(int(dist.get_rank()), world, place.host())
 
 
 def group(timeout: float | None) -> tuple[Any, float]:
@@ -62,15 +100,15 @@ def group(timeout: float | None) -> tuple[Any, float]:
     own group is kept: holding the default group's object past its ``destroy_process_group()``
     made torch abort at exit ("terminate called without an active exception") now and then.
     """
-    import torch.distributed as dist
-
+    place = distributed()
+    dist = place.loaded()
     seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    group = _GROUPS.get(seconds)
+    group = place.groups.get(seconds)
     if group is None or group not in dist.distributed_c10d._world.pg_map:
         group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
-        if not _GROUPS:
-            atexit.register(_GROUPS.clear)  # released before the interpreter's own teardown
-        _GROUPS[seconds] = group
+        if not place.groups:
+            atexit.register(place.groups.clear)  # released before the interpreter's own teardown
+        place.groups[seconds] = group
     return group, seconds
 
 
@@ -86,11 +124,12 @@ def _failed(me: Ranks, doing: str, seconds: float, who: str, exc: BaseException)
 def _collective(step: str, call: Callable[[], T], seconds: float, me: Ranks, doing: str, unnamed: str) -> T:
     """``call()`` (one collective), named ``step``; when it fails, the error names the ranks that
     have not reached it, as far as torch's own store says (``_Progress``), else ``unnamed``."""
-    _PROGRESS.enter(me, step)
+    progress = distributed().progress
+    progress.enter(me, step)
     try:
         return call()
     except RuntimeError as exc:
-        raise _failed(me, doing, seconds, _PROGRESS.behind(me) or unnamed, exc) from exc
+        raise _failed(me, doing, seconds, progress.behind(me) or unnamed, exc) from exc
 
 
 class _Progress:
@@ -101,15 +140,14 @@ class _Progress:
     key is behind are the ones that did not answer. Any failure of the store itself leaves the
     error unnamed: this is for the message, never for the protocol."""
 
-    def __init__(self) -> None:
+    def __init__(self, place: Distributed) -> None:
+        self.place = place
         self.count = 0  # collectives entered by this process: the same on every rank
         self.store: Any = None
         self.of: Any = None  # the store the clone was made from
 
     def _store(self) -> Any:
-        import torch.distributed as dist
-
-        default: Any = dist.distributed_c10d._get_default_store()  # Any: clone() is not in its stubs
+        default: Any = self.place.loaded().distributed_c10d._get_default_store()  # Any: clone() is not in its stubs
         if self.of is not default:
             # A clone with its own short timeout: the default store's is the group's (30 min).
             clone = default.clone()
@@ -140,12 +178,11 @@ class _Progress:
         return f"{', '.join(late)} did not answer"
 
 
-_PROGRESS = _Progress()
+_PROCESS = Distributed()  # this process's, over the real torch.distributed
 
 
 def barrier(group: Any, seconds: float, me: Ranks, doing: str) -> None:
-    import torch.distributed as dist
-
+    dist = distributed().loaded()
     # Rank 0 hears from each rank (torch's own message names those that did not answer: "Ranks 1, 3
     # failed to pass monitoredBarrier"); the others only hear from rank 0.
     unnamed = "some ranks did not arrive (a save still running, or a rank that stopped)" if me.rank == 0 else \
@@ -155,8 +192,7 @@ def barrier(group: Any, seconds: float, me: Ranks, doing: str) -> None:
 
 
 def gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any] | None:
-    import torch.distributed as dist
-
+    dist = distributed().loaded()
     out: list[Any] | None = [None] * me.world_size if me.rank == 0 else None
     _collective(f"the gather of {doing}", lambda: dist.gather_object(item, out, dst=0, group=group), seconds, me,
                 doing, "a rank stopped answering")
@@ -164,8 +200,7 @@ def gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list
 
 
 def all_gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any]:
-    import torch.distributed as dist
-
+    dist = distributed().loaded()
     out: list[Any] = [None] * me.world_size
     _collective(f"the check of {doing}", lambda: dist.all_gather_object(out, item, group=group), seconds, me,
                 doing, "a rank stopped answering")
@@ -173,8 +208,7 @@ def all_gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> 
 
 
 def broadcast(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> Any:
-    import torch.distributed as dist
-
+    dist = distributed().loaded()
     box = [item]
     _collective(f"the outcome of {doing}", lambda: dist.broadcast_object_list(box, src=0, group=group), seconds,
                 me, doing, "rank 0 did not answer" if me.rank else "a rank stopped answering")
