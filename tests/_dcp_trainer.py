@@ -19,7 +19,8 @@ Options of that role for the tests: ``theirs`` (before the resume, every rank lo
 trainstatus resumes from), ``late`` (rank 1 writes a file of its own into the folder after the save,
 half of it, then the rest 2 s later, and only then reaches ``record``), ``exit_before_record`` (that
 rank leaves with ``os._exit`` after its save returned), ``exit_after`` ([rank, name]: that rank leaves
-once the step ``name`` of ``_collective`` returned, ``"_barrier"`` for one), ``hold_before_record``
+once its first call of the ``torch.distributed`` function ``name`` returned: ``"monitored_barrier"``
+is the record's barrier, which neither DCP nor FSDP calls), ``hold_before_record``
 (that rank reads a line of stdin first), ``linger`` (after an error, wait for stdin's end before
 leaving), ``timeout`` (given to ``record`` and ``last_complete_checkpoint``). SIGUSR1 prints every
 thread's stack to stderr (the tests ask for it before failing on a child that hangs).
@@ -89,11 +90,9 @@ def train(options: dict[str, Any]) -> None:
     from trainstatus.integrations.dcp import last_complete_checkpoint, record
 
     torch.set_num_threads(1)
-    if "exit_after" in options:  # [rank, name of a step of _collective]: that rank leaves after it
-        from trainstatus.integrations import _collective
-
-        leaving, step_name = options["exit_after"]
-        original = getattr(_collective, step_name)
+    if "exit_after" in options:  # [rank, a torch.distributed function]: that rank leaves after its first call
+        leaving, name = options["exit_after"]
+        original = getattr(dist, name)
 
         def then_exit(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
@@ -101,7 +100,7 @@ def train(options: dict[str, Any]) -> None:
                 os._exit(3)
             return result
 
-        setattr(_collective, step_name, then_exit)
+        setattr(dist, name, then_exit)  # trainstatus looks it up on torch.distributed at each call
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     say(event="pid", pid=os.getpid())
@@ -216,9 +215,12 @@ def alone(options: dict[str, Any]) -> None:
     - ``past_end``: saves steps 1-2, cuts step-2's shard to half and records that size in the
       status file (a size check passes), resumes.
     - ``rolled_back``: saves steps 1-4, then step 2 again (a run resumed from step 1), resumes.
+    - ``boundary``: saves steps 1-2; step-2's shard ends where its last chunk ends (``end``: start
+      and end of that chunk, the shard's size, from torch's own reader); resumes with it as saved,
+      then grown by one byte, then cut by one byte, each size recorded (a size check passes).
     Events: ``imported`` first (the torch modules loaded by the import, and by a resume that finds
     nothing recorded), then per scenario ``folders``, ``removing``, ``entries`` (the recorded steps and
-    files), ``resumed`` (path, warnings), ``loaded``, ``error``.
+    files), ``end``, ``resumed`` (path, warnings), ``loaded``, ``error``.
     """
     from trainstatus import StatusStore, TrainingStatusError
     from trainstatus.integrations.dcp import last_complete_checkpoint, record
@@ -309,6 +311,25 @@ def alone(options: dict[str, Any]) -> None:
                     listed[-1]["files"]["step-2/__0_0.distcp"] = half
                     store.set("dcp", "checkpoints", listed)
                 resume()
+                entries()
+            elif scenario == "boundary":
+                from torch.distributed.checkpoint import FileSystemReader
+
+                for step in (1, 2):
+                    record(save(step), step)
+                shard = os.path.join(directory, "step-2", "__0_0.distcp")
+                chunks = [(info.offset, info.offset + info.length) for info in
+                          FileSystemReader(os.path.join(directory, "step-2")).read_metadata().storage_data.values()
+                          if info.relative_path == "__0_0.distcp"]
+                start, end = max(chunks, key=lambda chunk: chunk[1])
+                tell(event="end", start=start, end=end, size=os.path.getsize(shard))
+                for size in (end, end + 1, end - 1):
+                    os.truncate(shard, size)  # grows it too (with a zero byte)
+                    with StatusStore(status) as store:
+                        listed = store.get("dcp", "checkpoints")
+                        listed[-1]["files"]["step-2/__0_0.distcp"] = size
+                        store.set("dcp", "checkpoints", listed)
+                    resume()
                 entries()
             elif scenario == "rolled_back":
                 for step in (1, 2, 3, 4):

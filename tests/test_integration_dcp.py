@@ -94,7 +94,7 @@ def on_disk(folder: Path) -> dict[str, int]:
 
 # -- one process, no process group --------------------------------------------------------------
 
-SCENARIOS = ["keep", "no_metadata", "truncated", "past_end", "rolled_back"]
+SCENARIOS = ["keep", "no_metadata", "truncated", "past_end", "boundary", "rolled_back"]
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +188,28 @@ def test_metadata_naming_bytes_past_a_recorded_size_is_passed_over(
     assert int(end[0].replace(",", "")) > half
     assert end[1].startswith(f"of step-2/__0_0.distcp, which has {half:,} bytes recorded. They are no longer listed")
     assert entries["steps"] == [1]
+
+
+def test_a_shard_one_byte_short_of_the_end_metadata_names_is_passed_over(
+        alone: tuple[Path, dict[str, list[dict[str, Any]]]]) -> None:
+    # step-2's shard as saved (ending where its last chunk ends), one byte longer, one byte shorter:
+    # each size recorded, so only the check of .metadata's chunks can tell.
+    base, by = alone
+    directory = base / "boundary"
+    end = only(by["boundary"], "end")
+    assert end["size"] == end["end"]  # a shard ends exactly where its last chunk does
+    exact, longer, shorter = (e for e in by["boundary"] if e["event"] == "resumed")
+    assert (exact["path"], exact["warnings"]) == (str(directory / "step-2"), [])
+    assert (longer["path"], longer["warnings"]) == (str(directory / "step-2"), [])
+    assert shorter["path"] == str(directory / "step-1")
+    assert shorter["warnings"] == [(
+        f"TrainingStatusCheckpointWarning: {directory / 'step-1'} is the newest whole checkpoint recorded in "
+        f"{directory / 'training_status.json'}; the newer ones cannot be resumed from: step-2/.metadata names bytes "
+        f"{end['start']:,}-{end['end']:,} of step-2/__0_0.distcp, which has {end['end'] - 1:,} bytes recorded. They "
+        "are no longer listed (this run saves over their folders as it reaches their steps, and a folder half saved "
+        f"over must not be found listed); their files are left in {directory}. To keep them, stop and move them out "
+        f"of {directory}, or save into another folder.")]
+    assert only(by["boundary"], "entries")["steps"] == [1]
 
 
 def test_a_run_that_went_back_drops_the_later_entries_when_it_records(
@@ -408,7 +430,7 @@ def test_a_rank_that_leaves_after_the_barrier_is_named_by_rank_0(torch_python: P
     # Rank 1 passes the record's barrier, then ends before the gather of the ranks' views.
     directory = tmp_path / "ckpt"
     launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
-                                                          "exit_after": [1, "_barrier"]})
+                                                          "exit_after": [1, "monitored_barrier"]})
     try:
         error = launches[0].event("error", 0)
         assert launches[1].ended() == 3, launches[1].stderr()
