@@ -89,7 +89,7 @@ def torch_zip() -> bytes:
 
 def central_entry(data: bytes, member: str) -> int:
     """Where ``member``'s entry starts in the central directory of ``data`` (no zip comment)."""
-    (start,) = struct.unpack_from("<L", data, len(data) - 22 + 16)
+    start = int(struct.unpack_from("<L", data, len(data) - 22 + 16)[0])
     while data[start:start + 4] == _CENTRAL:
         name_length, extra_length, comment_length = struct.unpack_from("<3H", data, start + _NAME_LENGTH)
         if data[start + 46:start + 46 + name_length] == member.encode():
