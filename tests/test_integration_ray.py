@@ -224,3 +224,30 @@ def test_a_status_file_on_s3_for_a_run_stored_on_s3(cluster: Cluster, s3_server:
         f"removed: a new run (a new RunConfig(name=...)) writes into a folder of its own and leaves "
         f"s3://{bucket}/runs/s3run as it is. If you have whole copies of them, put them back and call "
         "last_complete_checkpoint() again."]
+
+
+def test_an_object_uploaded_again_one_byte_off_its_recorded_size_is_passed_over(
+        cluster: Cluster, s3_server: Any, tmp_path: Path) -> None:
+    # Rank 1's file of the newest checkpoint uploaded again one byte shorter, one byte longer, then
+    # as it was: only the size in the listing can tell (Ray's snapshot names the folder all along).
+    bucket = s3_server.new_bucket()
+    client = s3_server.client()
+    answer = cluster.ask(do="fit", storage_path=f"s3://{bucket}/runs", name="sizes", epochs=2, num_to_keep=2,
+                         events=str(tmp_path / "sizes.events"))
+    assert answer["ok"], answer
+    with StatusStore(f"s3://{bucket}/runs/sizes/training_status.json", storage_options=s3_server.storage_options) \
+            as store:
+        older, newest = (e["file_path"] for e in store.get("ray", "checkpoints"))
+    key = f"runs/sizes/{newest}/rank_1.pt"
+    original = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    size = len(original)
+    for body in (original[:-1], original + b"\0"):
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+        answer = cluster.ask(do="last", run_path=f"s3://{bucket}/runs/sizes")
+        assert (answer["path"], answer["epoch"]) == (f"{bucket}/runs/sizes/{older}", 0), answer
+        [warning] = answer["warnings"]
+        assert f"the newer ones cannot be resumed from: {newest}/rank_1.pt has {len(body):,} bytes, {size:,} " \
+            "recorded. Nothing was removed" in warning, warning
+    client.put_object(Bucket=bucket, Key=key, Body=original)
+    answer = cluster.ask(do="last", run_path=f"s3://{bucket}/runs/sizes")
+    assert (answer["path"], answer["epoch"], answer["warnings"]) == (f"{bucket}/runs/sizes/{newest}", 1, [])
