@@ -287,3 +287,19 @@ def test_the_distributed_benchmark_runs_and_reports_what_it_measured(torch_pytho
     assert resume["lightning.last_complete_checkpoint"]["bytes_read"] < resume["ckpt_bytes"] // 10
     assert resume["dcp.last_complete_checkpoint"]["bytes_read"] < resume["dcp_bytes"] // 10
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # the checkpoints went with their folder
+
+
+def test_version_lock_quick(tmp_path: Path) -> None:
+    report, stdout = run_quick("version_lock.py", tmp_path)
+    assert report["benchmark"] == "version_lock" and report["quick"] is True
+    assert_machine(report["machine"])
+    results = report["results"]
+    assert list(results) == ["set", "set-unlocked", "fast", "fast-unlocked", "floor", "check"]
+    for name, summary in results.items():
+        assert_latency(summary)
+        assert summary["n"] == report["rounds"] * report["calls"] == 20, name
+        assert 0 < summary["cpu_p50_us"]
+    ratios = report["ratios"]
+    assert ratios["set_over_unlocked"] == pytest.approx(results["set"]["p50_us"] / results["set-unlocked"]["p50_us"], abs=1e-3)
+    assert ratios["check_over_floor"] == pytest.approx(results["check"]["p50_us"] / results["floor"]["p50_us"], abs=1e-4)
+    assert "the lock's own calls / the fsync floor (p50)" in stdout

@@ -230,8 +230,15 @@ def test_files_are_synced_before_the_record_and_not_when_synced_is_true(
         events.append(("replace", os.fspath(target)))
         real_replace(source, target, *args, **kwargs)
 
+    real_link = os.link
+
+    def link(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:  # a new file's first version
+        events.append(("replace", os.fspath(target)))
+        real_link(source, target, *args, **kwargs)
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "link", link)
     models = os.path.realpath(tmp_path / "models")
     main, extra = write(tmp_path, "models/a.onnx"), write(tmp_path, "models/a.pt")
     checkpoints.add(1, main, auxillary_file_paths=[extra])

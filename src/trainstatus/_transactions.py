@@ -110,7 +110,7 @@ class _Transactions(_GroupCommit):
             if tx.outer:
                 stack.enter_context(self._storage.lock(self._remaining(), configured=self._lock_timeout))
                 self._sync()
-                if self._storage.conditional:
+                if not self._storage.exclusive():  # its write may lose a race: note what the body reads
                     self._tx_reads = set()
                 self._tx_owner = threading.get_ident()
                 self._tx_generation = _locking.generation

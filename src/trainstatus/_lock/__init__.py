@@ -9,6 +9,8 @@
 - ``mailbox``: group commit across processes, the boxes a waiter posts its change in.
 - ``holders``: who holds the lock (pid, program or whole command line, machine), read only for a
   message: a timeout's here (the program only), ``trainstatus check``'s in ``_cli``.
+- ``version``: the status file's own versions, ``flock``ed while a write builds on them, so that a
+  lock file deleted or replaced by hand never lets two writers in at once.
 - ``attributes``: chattr's immutable and append-only marks, read only for the message of a write
   refused with ``EPERM`` (the lock file here, the status file and its folder in ``_storage``).
 

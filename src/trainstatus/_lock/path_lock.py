@@ -48,7 +48,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tak
 if TYPE_CHECKING:
     from typing import Any
 
-from . import descriptor as _descriptor, mailbox as _mailbox
+from . import descriptor as _descriptor, mailbox as _mailbox, version as _version
 from .. import _interrupts
 from .._errors import (
     TrainingStatusLockTimeout,
@@ -96,6 +96,11 @@ class PathLock:
         self._owner: int | None = None  # thread ident while _depth > 0; guarded by _mutex
         self._file_lock = _descriptor._HeldDescriptor(lock_path)
         self._flock_held = False  # soft mode: whether this hold also took the flock
+        # The status file's versions this hold builds on, locked too (``_lock.version``: a lock
+        # file deleted by hand must not let two writers in at once), and how long a wait for
+        # one may take (the hold's timeout, and the lock_timeout it came from, for the message).
+        self.versions = _version.VersionLocks(lock_path)
+        self._version_wait: tuple[float | None, float | None] = (None, None)  # (timeout, as configured)
         self.lease_path: str | None = None
         self._lease: filelock.SoftFileLease | None = None
         if mode == "soft":
@@ -124,9 +129,11 @@ class PathLock:
         if not _interrupts.acquire(self._mutex, timeout):
             raise self._timeout(shown, path, None)
         try:
-            if self._depth == 0 and self._take(deadline, shown, path, offer):
-                yield True
-                return
+            if self._depth == 0:
+                if self._take(deadline, shown, path, offer):
+                    yield True
+                    return
+                self._version_wait = (timeout, shown)
             self._depth += 1
             self._owner = threading.get_ident()
             try:
@@ -176,6 +183,11 @@ class PathLock:
             raise
         return False
 
+    def take_version(self, fd: int, key: tuple[int, int], target: str, *, path: str) -> bool:
+        """With the lock held: lock the status file's version open as ``fd`` (its device and inode:
+        ``key``; ``_lock.version``); whether it is still the file at ``target``."""
+        return self.versions.take(fd, key, target, *self._version_wait, path=path)
+
     def collect(self, *, meta: Callable[[], bytes], durable: bool) -> list[_mailbox.Request]:
         """Changes other processes handed over that this hold's write can carry (see ``_lock.mailbox``)."""
         if not self._flock_held or self._lease is not None:
@@ -219,8 +231,11 @@ class PathLock:
 
     def _let_go(self) -> None:
         try:
-            if self._lease is not None:
-                self._lease.release()
+            try:
+                self.versions.release()  # first: the lock file still keeps out whoever shares it
+            finally:
+                if self._lease is not None:
+                    self._lease.release()
         finally:
             if self._flock_held:
                 self._flock_held = False
@@ -349,6 +364,7 @@ def _after_fork_in_child() -> None:
     for lock in inherited:
         # Only our copy: the parent's flock lasts while its own descriptor is open.
         _descriptor.close_all(lock._file_lock._held)
+        lock.versions.forget()
     _registry = weakref.WeakValueDictionary()
     _registry_mutex = threading.Lock()
     generation += 1

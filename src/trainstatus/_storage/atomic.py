@@ -14,7 +14,10 @@ Why each step:
   window);
 - the permission bits are set before the rename, so the file never appears with the wrong ones;
 - ``fsync`` of the directory after the rename, because the rename itself lives in the directory and
-  is not durable until the directory is.
+  is not durable until the directory is;
+- a file's first version is put in place by ``link`` (``place_new``), not a rename: the lock may have
+  let in another writer that made the file meanwhile (a lock file deleted by hand, ``_lock.version``),
+  and a link fails where a rename would replace that writer's file.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "keep_previous",
     "observer",
     "open_temp",
+    "place_new",
     "replace",
     "set_mode",
     "set_owner",
@@ -211,6 +215,23 @@ def replace(temp: str, target: str) -> None:
     os.replace(temp, target)
 
 
+def place_new(temp: str, target: str) -> None:
+    """Put the temp file in place as the first version: unlike a rename, ``link`` fails
+    (``FileExistsError``) when another writer made the file meanwhile, which then is not lost.
+    Where the filesystem has no hard links, a rename (which cannot refuse)."""
+    try:
+        os.link(temp, target, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in NO_HARD_LINKS:
+            raise
+        os.replace(temp, target)
+        return
+    try:
+        os.unlink(temp)
+    except OSError:
+        pass  # a second name of the new version: removed as a leftover by a later write
+
+
 def sync_directory(directory: str) -> None:
     """Make a rename (or creation) in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -240,6 +261,8 @@ def discard_temp(fd: int, temp: str) -> None:
 def write_atomic(
     target: str, data: bytes, *, durable: bool, mode: int, owner: tuple[int, int] | None = None,
     before_replace: Callable[[], None] | None = None,
+    lock_new: Callable[[int, os.stat_result], None] | None = None,
+    create: bool = False,
 ) -> tuple[int, os.stat_result]:
     """Replace ``target`` with ``data``; return a read-only fd on the new file and its stat.
 
@@ -250,7 +273,9 @@ def write_atomic(
 
     ``before_replace`` runs once the new file is complete, just before the rename: the store keeps
     the version about to be replaced there (``keep_previous``), so that a write failing earlier
-    leaves no trace in the history.
+    leaves no trace in the history. ``lock_new`` is given the returned fd and its stat before the
+    rename, to lock the new version (``_lock.version``). ``create``: there was no file; the new one is put in
+    place by ``place_new``, which raises ``FileExistsError`` if another writer made one meanwhile.
 
     Raises the ``OSError`` of the failing step, with the target untouched and no temp file left;
     or ``ReplacedNotSynced`` when only the final directory sync failed.
@@ -278,9 +303,14 @@ def write_atomic(
         # then the target must still be untouched.
         written, fd = fd, -1
         os.close(written)
+        if lock_new is not None:
+            lock_new(pin, st)
         if before_replace is not None:
             before_replace()
-        replace(temp, target)
+        if create:
+            place_new(temp, target)
+        else:
+            replace(temp, target)
         if observer is not None:
             observer("renamed", target, temp, -1)
     except BaseException:

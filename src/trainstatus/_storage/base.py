@@ -62,6 +62,13 @@ class Storage:
         """
         return self.changed()
 
+    def exclusive(self) -> bool:
+        """With the lock held and the document read: whether the lock keeps every other writer
+        from replacing this version until it is let go. False where a write may still lose a race
+        (``Conflict``): always on a ``conditional`` storage; on a local file with no file to lock
+        yet, when a lock file deleted by hand let in another writer (``_lock.version``)."""
+        return not self.conditional
+
     def replace(self, data: bytes) -> None:
         """Replace the stored document (the caller holds ``lock``); remembers the new version."""
         raise NotImplementedError

@@ -18,12 +18,12 @@ import weakref
 from collections.abc import Callable, Iterator
 
 from . import aside as _aside, atomic as _atomic, history as _history, filenames as _names
-from .base import Storage
+from .base import Conflict, Storage
 from .keeper import _Keeper
 from .pin import _Pin
 from .._lock import path_lock as _locking
 from .. import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
-from .._errors import TrainingStatusReadError, TrainingStatusWarning, TrainingStatusWriteError
+from .._errors import TrainingStatusError, TrainingStatusReadError, TrainingStatusWarning, TrainingStatusWriteError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy takes it as True)
 if TYPE_CHECKING:
@@ -66,12 +66,6 @@ def _write_error(location: str, target: str, exc: OSError, step: str) -> Trainin
     from .messages import write_error
 
     return write_error(location, target, exc, step)
-
-
-def _lock_lost_error(location: str, target: str, lock_file: str, exc: OSError) -> TrainingStatusWriteError:
-    from .messages import lock_lost_error
-
-    return lock_lost_error(location, target, lock_file, exc)
 
 
 def _marked(exc: OSError, target: str) -> bool:
@@ -120,28 +114,28 @@ class LocalFile(Storage):
     # -- reading -------------------------------------------------------------------------------
 
     def read(self) -> bytes | None:
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(self._target, flags)
-        except FileNotFoundError:
-            self._remember(None, None)
-            return None
-        except OSError as exc:
-            raise _read_error(self.location, self._target, exc) from exc
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
+        locking = self._held_lock()
+        while True:
+            fd, st = self._open_current()
+            if fd is None or st is None:
+                return None
+            if locking is None:
+                break
+            try:
+                # Under the lock, the version read is the one the write builds on: locked
+                # (``_lock.version``), or, replaced meanwhile by a writer we waited for, read anew.
+                taken = locking.take_version(fd, (st.st_dev, st.st_ino), self._target, path=self.location)
+            except OSError as exc:
                 os.close(fd)
-                raise TrainingStatusReadError(
-                    f"Cannot read {self.location}: it is a directory, not a status file. Move the "
-                    "directory away or open the store on another path.",
-                    path=self.location,
-                )
-        except OSError as exc:
-            if isinstance(exc, TrainingStatusReadError):
+                if isinstance(exc, TrainingStatusError):  # out of time (a TimeoutError)
+                    raise
+                raise _read_error(self.location, self._target, exc) from exc
+            except BaseException:
+                os.close(fd)
                 raise
+            if taken:
+                break
             os.close(fd)
-            raise _read_error(self.location, self._target, exc) from exc
         try:
             chunks = []
             while True:
@@ -163,6 +157,35 @@ class LocalFile(Storage):
         if self._pin.pending and (self._path_lock is None or not self._path_lock.held_here()):
             self._pin.close_retired()
         return b"".join(chunks)
+
+    def _open_current(self) -> tuple[int | None, os.stat_result | None]:
+        """The file at the path, open, and its stat; (None, None) when there is none (forgotten)."""
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self._target, flags)
+        except FileNotFoundError:
+            self._remember(None, None)
+            return None, None
+        except OSError as exc:
+            raise _read_error(self.location, self._target, exc) from exc
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                os.close(fd)
+                raise TrainingStatusReadError(
+                    f"Cannot read {self.location}: it is a directory, not a status file. Move the "
+                    "directory away or open the store on another path.",
+                    path=self.location,
+                )
+        except OSError as exc:
+            if isinstance(exc, TrainingStatusReadError):
+                raise
+            os.close(fd)
+            raise _read_error(self.location, self._target, exc) from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
 
     def _remember(self, fd: int | None, st: os.stat_result | None, *, retire: bool = False) -> None:
         if retire and fd is not None:
@@ -197,7 +220,34 @@ class LocalFile(Storage):
         # A chmod or chown since our last write is kept by the next one.
         self._mode = st.st_mode
         self._owner = (st.st_uid, st.st_gid)
-        return _version(st) != self._version
+        if _version(st) != self._version:
+            return True
+        return not self._version_locked()
+
+    def _held_lock(self) -> _locking.PathLock | None:
+        """The lock, if this thread holds it (then the versions a write builds on are locked)."""
+        path_lock = self._path_lock
+        if path_lock is None or self._lock_generation != _locking.generation or not path_lock.held_here():
+            return None
+        return path_lock
+
+    def _version_locked(self) -> bool:
+        """Under the lock: lock the version last read or written (``_lock.version``), which the
+        caller found still in place; False if a writer we waited for replaced it meanwhile."""
+        locking, fd, version = self._held_lock(), self._pin.fd, self._version
+        if locking is None or fd is None or version is None or locking.versions.holds(version[:2]):
+            return True
+        try:
+            return locking.take_version(fd, version[:2], self._target, path=self.location)
+        except TrainingStatusError:  # out of time (an OSError too, as a TimeoutError)
+            raise
+        except OSError:
+            return False  # as if replaced: the read that follows reports what fails
+
+    def exclusive(self) -> bool:
+        # Nothing to lock while there is no file: a first version may still lose to another writer
+        # that got in through a lock file deleted by hand (its link then fails: ``Conflict``).
+        return self._version is not None or self._path_lock is None or not self._path_lock.versions.usable()
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -276,9 +326,14 @@ class LocalFile(Storage):
             kept[0] = keeper.keep_previous(made, self._version)
 
         keeping = keeper.keep and self._version is not None
+        locking = self._held_lock()
+        if locking is not None and not self._version_locked():
+            raise Conflict  # replaced since it was read: read it again and lay the change over it
         try:
             fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode, owner=owner,
-                                          before_replace=keep if keeping else None)
+                                          before_replace=keep if keeping else None,
+                                          lock_new=None if locking is None else locking.versions.adopt,
+                                          create=self._version is None and locking is not None)
         except _atomic.ReplacedNotSynced as exc:
             self._remember_written(exc.fd, exc.st)
             keeper.written(kept[0])
@@ -293,10 +348,16 @@ class LocalFile(Storage):
                 keeper.slot = None
             if exc.errno == errno_codes.ENOENT and not os.path.isdir(self._directory):
                 self._directory_ready = False  # removed under us: recreated on the next write
-            if self._path_lock is not None and self._directory_ready and self._path_lock.lock_file_lost():
-                # Deleted by hand (the folder is still there): another writer may have locked the one
-                # made in its place and removed our temp file.
-                raise _lock_lost_error(self.location, self._target, self.lock_file, exc) from exc
+            if isinstance(exc, FileExistsError) and self._version is None:
+                # Another writer made the file since we found none (it got in through a lock file
+                # deleted by hand, see _lock.version): build on its version instead.
+                raise Conflict from exc
+            if (exc.errno == errno_codes.ENOENT and self._path_lock is not None and self._directory_ready
+                    and self._path_lock.lock_file_lost()):
+                # The lock file deleted by hand (the folder is still there): another writer locked the
+                # one made in its place and removed our temp file as a killed writer's leftover.
+                # Read again (the other waits for the version we hold) and written again.
+                raise Conflict from exc
             if (exc.errno in (errno_codes.EACCES, errno_codes.EPERM) and mode & 0o600 != 0o600
                     and os.geteuid() != 0 and not _marked(exc, self._target)):
                 # The new version keeps the file's mode; one its owner cannot read and write

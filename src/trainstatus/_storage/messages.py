@@ -16,7 +16,7 @@ import os
 from . import history as _history, filenames as _names
 from .._errors import TrainingStatusReadError, TrainingStatusWriteError
 
-__all__ = ["byte_size", "lock_lost_error", "marked", "read_error", "write_error"]
+__all__ = ["byte_size", "marked", "read_error", "write_error"]
 
 
 def byte_size(count: int) -> str:
@@ -122,22 +122,3 @@ def _advice(location: str, target: str, exc: OSError) -> str:
         errno_codes.EPERM: eperm,
         errno_codes.ENAMETOOLONG: too_long(target),
     }.get(exc.errno or 0, "check the disk and the path")
-
-
-def lock_lost_error(location: str, target: str, lock_file: str, exc: OSError) -> TrainingStatusWriteError:
-    """A write of ``location`` (the file ``target``) failed (``exc``) after the lock file it held
-    was deleted or replaced by hand."""
-    if exc.errno == errno_codes.ENOENT:  # its temp file, removed by the other writer as a leftover
-        removed, advice = " (and remove this write's temp file as a leftover)", ""
-    else:  # a failure of its own (a full disk...), which the lost lock does not explain
-        removed, advice = "", f"; for the error itself, {_advice(location, target, exc)}"
-    return TrainingStatusWriteError(
-        f"Could not save {location}: {exc.strerror or exc}. The lock file {lock_file} was deleted or "
-        "replaced while this store held it, so another writer could lock the new one and write at the "
-        f"same time{removed}. This change was not written; never delete {lock_file} while a store may "
-        f"write (every writer must lock the same file; it holds only a few bytes){advice}, then set the "
-        "value again.",
-        path=location,
-        lock_file=lock_file,
-        errno=exc.errno,
-    )

@@ -1,0 +1,445 @@
+"""A lock file deleted or replaced by hand while writers run never loses a change (``_lock.version``).
+
+Each window of issue 42 with a real second process: the lock file deleted before a writer locks it,
+while a writer holds it before its rename, and between a holder's rename and its acknowledgement of
+the changes it carried for waiting processes; the first version of a file made by two writers at
+once; and a torture of many writers with the lock file deleted and recreated at random moments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _helpers import end_processes, skip_unless_local_locks
+
+from trainstatus import StatusStore, TrainingStatusConflictError, TrainingStatusLockTimeout
+from trainstatus._lock import mailbox as _mailbox
+from trainstatus._storage import atomic as _atomic
+
+TIMEOUT = 60.0
+
+# Another writer: opens the store and writes once (so its first write's clean-up of leftovers is
+# behind it), says "ready", then on each line of its stdin does what the line says and says "done".
+_OTHER = r"""
+import sys
+from trainstatus import StatusStore
+store = StatusStore(sys.argv[1], durable=False)
+store.set("other", "warm", 1)
+print("ready", flush=True)
+for line in sys.stdin:
+    what = line.split()
+    if what[0] == "set":
+        store.set("other", what[1], int(what[2]))
+    elif what[0] == "increment":
+        store.run_transaction(lambda s: s.set("c", "n", s.get("c", "n", 0) + 1))
+    elif what[0] == "hold":  # an increment whose transaction waits for a line between read and write
+        with store.transaction():
+            n = store.get("c", "n", 0)
+            print("holding", flush=True)
+            sys.stdin.readline()
+            store.set("c", "n", n + 1)
+    print("done", flush=True)
+"""
+
+_spawned: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    yield
+    try:
+        end_processes(_spawned)
+    finally:
+        _spawned.clear()
+
+
+def _other(path: Path) -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-c", _OTHER, str(path)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _spawned.append(process)
+    assert _line(process, TIMEOUT) == "ready"
+    return process
+
+
+def _tell(process: subprocess.Popen[str], line: str) -> None:
+    assert process.stdin is not None
+    process.stdin.write(line + "\n")
+    process.stdin.flush()
+
+
+def _line(process: subprocess.Popen[str], seconds: float) -> str | None:
+    """The next line ``process`` says within ``seconds`` (None if it says none by then)."""
+    import select
+
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], seconds)
+    if not ready:
+        return None
+    line = process.stdout.readline()
+    assert line, f"process {process.pid} exited"
+    return line.rstrip("\n")
+
+
+def _on_disk(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _at_write(monkeypatch: pytest.MonkeyPatch, step: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run ``action`` once, right after the write protocol's ``step`` of this process's next write."""
+    real = getattr(_atomic, step)
+    done = [False]
+
+    def wrapped(*args: Any) -> None:
+        real(*args)
+        if not done[0]:
+            done[0] = True
+            action()
+
+    monkeypatch.setattr(_atomic, step, wrapped)
+    yield
+    monkeypatch.undo()
+    assert done[0], f"no write reached {step}"
+
+
+def test_deleted_while_a_writer_holds_it_before_its_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleted between our read and our rename, and another writer sets meanwhile: it waits for
+    the version we build on, and then builds on ours; neither change is lost."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False)
+    store.set("c", "k", 1)
+    other = _other(path)
+    said: list[str | None] = []
+
+    def meanwhile() -> None:
+        os.unlink(f"{path}.lock")
+        _tell(other, "set k 1")
+        said.append(_line(other, 1.0))  # its set lands now, or (locked out) after ours
+
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        store.set("c", "k", 2)
+    assert said == [None], "the other writer wrote while this one held the version it built on"
+    assert _line(other, TIMEOUT) == "done"
+    assert _on_disk(path)["c"] == {"k": 2} and _on_disk(path)["other"] == {"warm": 1, "k": 1}
+    store.set("c", "k", 3)  # and both go on, on the new lock file
+    assert _on_disk(path)["other"] == {"warm": 1, "k": 1} and _on_disk(path)["c"] == {"k": 3}
+
+
+_FRESH = r"""
+import sys
+from trainstatus import StatusStore
+store = StatusStore(sys.argv[1], durable=False)  # finds a temp file, takes the (new) lock at once: a leftover
+print("opened", flush=True)
+store.set("other", "k", 1)
+print("done", flush=True)
+"""
+
+
+def test_a_write_whose_temp_file_another_writer_removed_as_a_leftover_writes_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleted while we write, and a writer opening the store then takes the new lock file and
+    removes our temp file as a killed writer's leftover: our rename fails, and we write again (it
+    used to fail the set, saying never to delete the lock file). The other waits for our version."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False)
+    store.set("c", "k", 1)
+    fresh: list[subprocess.Popen[str]] = []
+
+    def meanwhile() -> None:
+        os.unlink(f"{path}.lock")
+        process = subprocess.Popen([sys.executable, "-c", _FRESH, str(path)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        _spawned.append(process)
+        fresh.append(process)
+        assert _line(process, TIMEOUT) == "opened"
+        assert not [name for name in os.listdir(tmp_path) if ".tmp" in name], "our temp file was not removed"
+
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        store.set("c", "k", 2)
+    assert _line(fresh[0], TIMEOUT) == "done"
+    assert _on_disk(path)["c"] == {"k": 2} and _on_disk(path)["other"] == {"k": 1}
+
+
+def test_deleted_before_a_writer_locks_it(tmp_path: Path) -> None:
+    """Another process holds the lock in a transaction (an increment, between its read and its
+    write) when the lock file is deleted; our increment takes the new lock file at once, but
+    waits for the version the other builds on: both increments count."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False)
+    store.set("c", "n", 0)
+    other = _other(path)
+    _tell(other, "hold")
+    assert _line(other, TIMEOUT) == "holding"
+    os.unlink(f"{path}.lock")
+    finished = threading.Event()
+
+    def increment() -> None:
+        store.run_transaction(lambda s: s.set("c", "n", s.get("c", "n", 0) + 1))
+        finished.set()
+
+    thread = threading.Thread(target=increment)
+    thread.start()
+    try:
+        assert not finished.wait(0.5), "our increment did not wait for the transaction holding the old lock"
+        _tell(other, "")  # its transaction writes now
+        assert _line(other, TIMEOUT) == "done"
+    finally:
+        thread.join(TIMEOUT)
+    assert finished.is_set()
+    assert _on_disk(path)["c"] == {"n": 2}
+    assert store.get("c", "n") == 2
+
+
+def test_deleted_between_a_holder_rename_and_its_acknowledgement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder carries a waiting process's set (group commit); the lock file is deleted after
+    its rename, before it acknowledges the carried change, and a third writer sets meanwhile. The
+    acknowledged change stays in the file, and so does the third writer's."""
+    from test_mailbox import _boxes, _waiter
+
+    path = tmp_path / "status.json"
+    store = StatusStore(path)
+    store.set("holder", "start", 0)
+    lock_file = Path(f"{path}.lock")
+    skip_unless_local_locks(lock_file)
+    other = _other(path)
+    said: list[str | None] = []
+
+    def meanwhile() -> None:
+        lock_file.unlink()
+        _tell(other, "set k 1")
+        said.append(_line(other, 1.0))
+
+    with store._storage.lock(None):
+        file_lock = store._storage._path_lock._file_lock
+        waiter = _waiter(path, "w1")
+        _spawned.append(waiter)
+        file_lock.contended = True
+        with _at_write(monkeypatch, "replace", meanwhile):
+            store.set("holder", "k", 1)
+        assert said == [None], "the third writer wrote while the holder still held the version"
+        assert _boxes(_orphan(file_lock))[waiter.pid] == _mailbox.DONE
+    out, _ = waiter.communicate(timeout=TIMEOUT)
+    assert out.strip() == "set [1.5, nan] 1"
+    assert _line(other, TIMEOUT) == "done"
+    on_disk = path.read_text()
+    assert "\"w1\": [\n      1.5,\n      NaN\n    ]" in on_disk
+    assert _on_disk(path)["holder"] == {"start": 0, "k": 1} and _on_disk(path)["other"] == {"warm": 1, "k": 1}
+
+
+def _orphan(file_lock: Any) -> Path:
+    """The lock file the holder still has open (deleted from its path): its boxes, read by fd."""
+    return Path(f"/proc/self/fd/{file_lock._current_fd()}")
+
+
+def test_the_first_version_made_by_two_writers_at_once_keeps_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No file yet, so no version to lock: another writer makes the file while we write ours (it
+    got in through a new lock file). Our first version is put in place by a link, which fails on
+    its file; we read that and write again, keeping its change. (A real second process would also
+    remove our temp file as a dead writer's leftover, which makes us write again all the same: the
+    other's file is put in place here without that, as its rename would.)"""
+    path = tmp_path / "status.json"
+    made = tmp_path / "made" / "status.json"
+    StatusStore(made, durable=False, history=0).set("other", "k", 1)
+    store = StatusStore(path, durable=False)  # no file
+
+    def meanwhile() -> None:
+        os.unlink(f"{path}.lock")
+        os.replace(made, path)
+
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        store.set("c", "k", 1)
+    assert _on_disk(path)["c"] == {"k": 1} and _on_disk(path)["other"] == {"k": 1}
+    assert not [name for name in os.listdir(tmp_path) if ".tmp" in name]
+
+
+def test_a_transaction_whose_first_version_lost_the_race_is_not_written_on_a_stale_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same race inside transactions that read what the other writer set: ``transaction()``
+    raises (nothing written), ``run_transaction`` runs the body again on the other's version."""
+    path = tmp_path / "status.json"
+    other = _other(path)
+
+    def meanwhile() -> None:
+        os.unlink(f"{path}.lock")
+        _tell(other, "increment")
+        assert _line(other, TIMEOUT) == "done"
+
+    path.unlink()
+    store = StatusStore(path, durable=False)
+    with _at_write(monkeypatch, "write_all", meanwhile), pytest.raises(TrainingStatusConflictError) as info:
+        with store.transaction():
+            store.set("c", "n", store.get("c", "n", 0) + 1)
+    assert str(info.value) == (
+        f"Another writer changed c/n in {path} after this transaction read it, so the transaction was not "
+        "written: its changes may rest on the old value. Run it again on the new state (store.run_transaction(func) "
+        "does that).")
+    assert _on_disk(path)["c"] == {"n": 1}
+    path.unlink()
+    store = StatusStore(path, durable=False)
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        store.run_transaction(lambda s: s.set("c", "n", s.get("c", "n", 0) + 1))
+    # The other writer, finding its file deleted, wrote back the n=1 it held, plus one: 2; our
+    # body ran again on that (once on nothing, which was not written).
+    assert _on_disk(path)["c"] == {"n": 3}
+
+
+_STUCK = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)  # as a writer stopped inside its write holds the version it builds on
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_writer_that_waits_too_long_for_the_version_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False, lock_timeout=0.2)
+    store.set("c", "k", 1)
+    stuck = subprocess.Popen([sys.executable, "-c", _STUCK, str(path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    _spawned.append(stuck)
+    assert _line(stuck, TIMEOUT) == "locked"
+    with pytest.raises(TrainingStatusLockTimeout) as info:
+        store.set("c", "k", 2)
+    assert str(info.value) == (
+        f"Could not lock {path} within 0.2 s: another writer holds its current version {path} and is still "
+        f"writing it, having locked a lock file that is no longer {path}.lock (it was deleted or replaced by hand "
+        "while that writer held it). Let it finish, or open the store with a longer lock_timeout=.")
+    assert info.value.lock_file == f"{path}.lock"
+    assert _on_disk(path)["c"] == {"k": 1} and store.get("c", "k") == 1
+    _tell(stuck, "")
+    stuck.wait(TIMEOUT)
+    store.set("c", "k", 2)
+    assert _on_disk(path)["c"] == {"k": 2}
+
+
+def test_two_stores_of_one_process_on_one_file_share_the_versions_they_hold(tmp_path: Path) -> None:
+    """A flock excludes the process's other open files too: a store writing inside another's
+    transaction on the same file must not wait for the version the outer one holds."""
+    path = tmp_path / "status.json"
+    outer, inner = StatusStore(path, lock_timeout=2), StatusStore(path, lock_timeout=2)
+    outer.set("c", "k", 0)
+    inner.set("c", "j", 0)
+    with outer.transaction():
+        outer.set("c", "k", outer.get("c", "k") + 1)
+        inner.set("c", "j", 1)  # its version is the one the outer transaction holds
+        inner.set("c", "j", 2)  # and then the one it wrote itself
+    assert _on_disk(path)["c"] == {"k": 1, "j": 2}
+
+
+# -- the torture: writers setting, incrementing and transacting while the lock file comes and goes --
+
+_WRITER = r"""
+import json, random, sys, time
+from trainstatus import StatusStore
+path, me, seed, seconds, durable, lock = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5] == "durable", sys.argv[6]
+rng = random.Random(seed)
+store = StatusStore(path, durable=durable, lock_timeout=120, lock=lock)
+print("ready", flush=True)
+sys.stdin.readline()
+last = {}       # key -> the last value a set of it returned (acknowledged)
+shared = 0      # acknowledged increments of the counter every writer increments
+own = 0         # acknowledged transactions on this writer's own pair of keys
+end = time.monotonic() + seconds
+j = 0
+while time.monotonic() < end:
+    j += 1
+    roll = rng.random()
+    if roll < 0.5:
+        key = f"k{rng.randrange(8)}"
+        store.set(f"w{me}", key, j)
+        last[key] = j
+    elif roll < 0.75:
+        store.run_transaction(lambda s: s.set("shared", "n", s.get("shared", "n", 0) + 1))
+        shared += 1
+    else:
+        with store.transaction():  # two keys that must move together
+            n = store.get(f"t{me}", "n", 0)
+            store.set(f"t{me}", "n", n + 1)
+            store.set(f"t{me}", "twice", 2 * (n + 1))
+        own += 1
+print(json.dumps({"last": last, "shared": shared, "own": own, "calls": j}), flush=True)
+"""
+
+
+def _torture(tmp_path: Path, seed: int, *, writers: int, seconds: float, durable: bool,
+             lock: str = "flock") -> dict[str, int]:
+    """``writers`` processes for ``seconds`` while this thread deletes the lock file (with
+    ``lock="soft"`` the lease file too), or puts another file in its place, at random moments;
+    every acknowledged change must be in the file."""
+    rng = random.Random(seed)
+    path = tmp_path / "status.json"
+    StatusStore(path, lock=lock).set("shared", "n", 0)
+    lock_files = [Path(f"{path}.lock")] + ([Path(f"{path}.softlock")] if lock == "soft" else [])
+    processes = []
+    for me in range(writers):
+        process = subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(me), str(seed + me), str(seconds),
+                                    "durable" if durable else "fast", lock],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        _spawned.append(process)
+        processes.append(process)
+    for process in processes:
+        assert _line(process, TIMEOUT) == "ready"
+    for process in processes:
+        _tell(process, "go")
+    removed = replaced = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(rng.uniform(0, 0.004))
+        if rng.random() < 0.7:
+            for lock_file in lock_files:
+                with contextlib.suppress(FileNotFoundError):
+                    lock_file.unlink()
+                    removed += 1
+        else:  # as a cp over it, or an editor's save, would
+            other = tmp_path / "replacement"
+            other.write_bytes(b"")
+            os.replace(other, lock_files[0])
+            replaced += 1
+    results = []
+    for process in processes:
+        out, _ = process.communicate(timeout=TIMEOUT + seconds)
+        assert process.returncode == 0, out
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    on_disk = _on_disk(path)
+    lost = []
+    for me, result in enumerate(results):
+        for key, value in result["last"].items():
+            if on_disk.get(f"w{me}", {}).get(key) != value:
+                lost.append(f"acked (w{me}, {key})={value} but the file has {on_disk.get(f'w{me}', {}).get(key)}")
+        mine = on_disk.get(f"t{me}", {"n": 0, "twice": 0})
+        if mine.get("n", 0) != result["own"] or mine.get("twice", 0) != 2 * result["own"]:
+            lost.append(f"acked {result['own']} transactions of t{me} but the file has {mine}")
+    shared = sum(result["shared"] for result in results)
+    if on_disk["shared"]["n"] != shared:
+        lost.append(f"acked {shared} increments but the file has {on_disk['shared']['n']}")
+    assert not lost, f"{len(lost)} acknowledged changes lost: {lost[:10]}"
+    calls = sum(result["calls"] for result in results)
+    print(f"{writers} writers, {calls} acknowledged calls ({shared} shared increments), lock file deleted "
+          f"{removed} times and replaced {replaced} times: nothing lost")
+    return {"calls": calls, "removed": removed, "replaced": replaced}
+
+
+@pytest.mark.parametrize("lock", ["flock", "soft"])
+def test_writers_lose_nothing_while_the_lock_file_comes_and_goes(tmp_path: Path, seed: int, lock: str) -> None:
+    figures = _torture(tmp_path, seed, writers=3, seconds=2.0, durable=False, lock=lock)
+    assert figures["removed"] > 50 and figures["calls"] > 300  # the torture did happen
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("durable", [False, True], ids=["fast", "durable"])
+def test_many_writers_lose_nothing_in_a_long_torture_of_the_lock_file(tmp_path: Path, seed: int, durable: bool) -> None:
+    figures = _torture(tmp_path, seed, writers=8, seconds=30.0, durable=durable)
+    assert figures["removed"] > 1000 and figures["calls"] > 5000
