@@ -443,3 +443,47 @@ def test_writers_lose_nothing_while_the_lock_file_comes_and_goes(tmp_path: Path,
 def test_many_writers_lose_nothing_in_a_long_torture_of_the_lock_file(tmp_path: Path, seed: int, durable: bool) -> None:
     figures = _torture(tmp_path, seed, writers=8, seconds=30.0, durable=durable)
     assert figures["removed"] > 1000 and figures["calls"] > 5000
+
+
+_FORKS_THEN_DIES = r"""
+import os, sys, time
+from trainstatus import StatusStore
+from trainstatus._storage import atomic
+store = StatusStore(sys.argv[1], durable=False)
+store.set("c", "k", 1)
+child = os.fork()  # as a DataLoader worker is: it shares every open file of this moment
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print("child", child, flush=True)
+
+def stuck(fd, data):
+    print("inside", flush=True)
+    time.sleep(600)
+
+atomic.write_all = stuck
+store.set("c", "k", 2)  # killed in here, holding the version it builds on
+"""
+
+
+def test_a_child_forked_before_the_write_does_not_keep_a_killed_writer_version_locked(tmp_path: Path) -> None:
+    """A flock belongs to an open file, which a fork shares: a forked child that outlives a writer
+    killed inside its write must not keep the version locked (it would hold every writer off)."""
+    import signal
+
+    path = tmp_path / "status.json"
+    writer = subprocess.Popen([sys.executable, "-c", _FORKS_THEN_DIES, str(path)], stdout=subprocess.PIPE, text=True)
+    _spawned.append(writer)
+    said = _line(writer, TIMEOUT)
+    assert said is not None and said.startswith("child ")
+    child = int(said.split()[1])
+    try:
+        assert _line(writer, TIMEOUT) == "inside"
+        writer.kill()
+        writer.wait(TIMEOUT)
+        store = StatusStore(path, durable=False, lock_timeout=2)
+        store.set("c", "k", 3)
+        assert _on_disk(path)["c"] == {"k": 3}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

@@ -24,9 +24,12 @@ and a ``stat`` per write.
 One ``VersionLocks`` per status file per process (``path_lock.PathLock`` holds it), because a
 ``flock`` excludes other open files of the same process too: two stores of one process on one file
 must share what they hold, or the second would wait for the first forever. The locks are taken on
-duplicates of the caller's descriptors (the same open file, hence the same ``flock``), so the
-storage may close its own descriptors before the hold ends. It imports ``_interrupts`` and
-``_errors``.
+open files of their own, opened again from the caller's descriptors through ``/proc/self/fd``
+(the same file even once it was renamed away), so the storage may close its own descriptors before
+the hold ends, and so that a child forked while the lock is not held shares no ``flock`` with us: a
+``flock`` belongs to an open file, which a fork shares, and a child (a DataLoader worker) living on
+after a killed parent would keep a shared one locked. A child forked during a hold closes its
+copies (``forget``). It imports ``_interrupts`` and ``_errors``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,18 @@ _POLL = 0.0005
 # flock errors that mean "this filesystem has no flock" (some network filesystems): the versions are
 # then not locked, and writers rely on the lock file alone, as before.
 _NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
+
+
+_REOPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _own(fd: int) -> int:
+    """An open file of our own on the file open as ``fd`` (see the module doc); where there is no
+    ``/proc``, a duplicate of ``fd`` (the same open file, hence the same ``flock``)."""
+    try:
+        return os.open(f"/proc/self/fd/{fd}", _REOPEN_FLAGS)
+    except OSError:
+        return os.dup(fd)
 
 
 class VersionLocks:
@@ -79,7 +94,7 @@ class VersionLocks:
         if not self.usable():
             return True
         if key not in self._held:
-            mine = os.dup(fd)  # (the same open file: its flock is fd's, and outlives fd's close)
+            mine = _own(fd)
             try:
                 if not self._wait(mine, timeout, shown, path, target):
                     os.close(mine)
@@ -106,7 +121,7 @@ class VersionLocks:
         key = (st.st_dev, st.st_ino)
         if key in self._held:
             return
-        mine = os.dup(fd)
+        mine = _own(fd)
         try:
             fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
