@@ -369,6 +369,15 @@ class World:
             if action is not None:
                 self.actions.setdefault((rank, op, when), []).append((nth, action))
 
+    def reached(self, rank: int, op: str, within: float = 5.0) -> bool:
+        """Wait until ``rank`` has entered ``op`` (a test's way to order one rank after another)."""
+        deadline = time.monotonic() + within
+        while self.calls.get((rank, op), 0) == 0:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL)
+        return True
+
     def step(self, rank: int, op: str) -> _Step:
         return _Step(self, rank, op)
 
