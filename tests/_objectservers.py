@@ -234,8 +234,11 @@ class AzuriteServer(_Server):
 
     def command(self) -> list[str]:
         storage = (["--location", os.path.join(self._dir, "data")] if self.persistent else ["--inMemoryPersistence"])
+        # --disableTelemetry: else it keeps a Microsoft-AzureMonitor-<hash>/ folder in the temporary
+        # directory, outside the test's, and owned by the first user to run it (another user's run on
+        # the machine then shares or trips over it) -- and it sends nothing home from a test.
         return [azurite_binary(), "--blobHost", HOST, "--blobPort", str(self.port), "--skipApiVersionCheck",
-                "--loose", "--silent", *storage]
+                "--loose", "--silent", "--disableTelemetry", *storage]
 
     def ready_url(self) -> str:
         return f"{self.endpoint_url}/{AZURE_ACCOUNT}?comp=list"
