@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -299,3 +300,31 @@ def claim_byte_free(lock_file: str | os.PathLike[str], slot: int) -> bool:
         return bool(struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, claim))[0] == fcntl.F_UNLCK)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def alarm(seconds: float, message: str) -> Iterator[None]:
+    """Fail with ``message`` if the body blocks the main thread for ``seconds`` (a wait with no
+    timeout of its own). The test's own time limit (pytest-timeout's signal method, on the same
+    timer) still holds: it fires instead if it comes first, and is set again for what is left of it
+    after the body."""
+    outer, _ = signal.getitimer(signal.ITIMER_REAL)
+    limit_first = bool(outer) and outer <= seconds
+    started = time.monotonic()
+    fired: list[int] = []
+
+    def expired(signum: int, frame: Any) -> None:
+        fired.append(signum)
+        if limit_first and callable(previous):
+            previous(signum, frame)  # the test's limit: its failure and its stacks
+        raise AssertionError(message)
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, outer if limit_first else seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer and not (fired and limit_first):  # at least a moment: a limit passed fires at once
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 0.001))

@@ -20,6 +20,8 @@ import gc
 import os
 import random
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +93,8 @@ def mla_python() -> Path:
     """The interpreter of the ML-Agents environment: builds ``.venv-mlagents/`` once (tests/_mlagents_env.py)."""
     import _mlagents_env
 
-    return _mlagents_env.ensure()
+    with off_the_clock():
+        return _mlagents_env.ensure()
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +102,8 @@ def mla_torch_python() -> Path:
     """The interpreter of ML-Agents with torch: builds ``.venv-mlagents-torch/`` once (tests/_mlagents_env.py)."""
     import _mlagents_env
 
-    return _mlagents_env.ensure_torch()
+    with off_the_clock():
+        return _mlagents_env.ensure_torch()
 
 
 @pytest.fixture(scope="session")
@@ -107,7 +111,8 @@ def torch_python() -> Path:
     """The interpreter of the torch environment: builds ``.venv-torch/`` once (tests/_torch_env.py)."""
     import _torch_env
 
-    return _torch_env.ensure()
+    with off_the_clock():
+        return _torch_env.ensure()
 
 
 @pytest.fixture(scope="session")
@@ -115,7 +120,8 @@ def ray_python() -> Path:
     """The interpreter of the Ray Train environment: builds ``.venv-ray/`` once (tests/_ray_env.py)."""
     import _ray_env
 
-    return _ray_env.ensure()
+    with off_the_clock():
+        return _ray_env.ensure()
 
 
 # A fixture that builds an environment -> the marker of the tests that use it.
@@ -124,7 +130,7 @@ ENVIRONMENT_MARKERS = {"mla_python": pytest.mark.mlagents, "mla_torch_python": p
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker must be there when it looks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A test that needs a built environment is marked by needing it: no test can build
     # .venv-mlagents/ (150 MB, ~30 s) or .venv-torch/ (about 1 GB, ~2 min) in the default run by
     # forgetting its marker.
@@ -132,6 +138,69 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, marker in ENVIRONMENT_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+    # ...and then its group's time limit (the markers above count).
+    for item in items:
+        limit = time_limit(config, item)
+        if limit is not None:
+            item.add_marker(pytest.mark.timeout(limit))
+
+
+# -- a time limit on every test -------------------------------------------------------------------
+
+# A hang fails in minutes, with the stack of every thread: pytest-timeout, its limit covering setup,
+# call and teardown. pyproject.toml sets the default run's limit and ``timeout_method = "signal"``:
+# the test fails where it hangs, in the main thread, so its ``finally`` blocks and fixtures still
+# kill the processes it started, and the run goes on ("thread" would print the stacks and end the
+# whole run with os._exit, leaving those processes running: checked, tests/test_time_limits.py).
+# The other groups' tests take longer, so each marker carries its own limit, in seconds, several
+# times the slowest honest test on 2 busy cores (load 3-5, measured with --durations):
+# - default (pyproject.toml: 120): the slowest test takes 3.4 s; the slowest setup, Azurite's npm
+#   install on a fresh checkout (33 s), is a build and taken off the clock (``off_the_clock``).
+# - long (600): the slowest takes 67 s (test_codec's 20,000-example property), then 32 s (the
+#   Azure server restarted mid-run); 9 times the slowest.
+# - mlagents (600): real mlagents-learn runs, killed and resumed: see MLAGENTS below.
+# - integrations (900): 20 to 60 s a test, the kill loops (20 kills of 2 torchrun ranks) longer;
+#   not measured here (the leg builds a 1 GB environment, 13.5 minutes a run): the tests' own bound
+#   on one training child is 600 s, and the limit sits above it so that their message comes first.
+# - ray (900): a test drives Ray Train's controller and 2 workers (7 tests in 2:38 quietly, 20 to
+#   60 s each); the same reasoning as integrations.
+# ``--soak`` runs up to 20 times the iterations of the kill and Ctrl-C loops (about 2 minutes for
+# the longest quietly, 3 times that on busy cores): every limit is 4 times as long then.
+# A test that honestly needs more says so itself, with ``@pytest.mark.timeout(seconds)``, which
+# wins over its group's. Building an environment (.venv-torch/ takes 4.5 minutes) counts against no
+# test: ``off_the_clock``. ``--timeout`` on the command line (0: none) replaces the groups' limits.
+TIME_LIMITS = {"long": 600, "mlagents": 600, "integrations": 900, "ray": 900}
+SOAK_FACTOR = 4
+
+
+def time_limit(config: pytest.Config, item: pytest.Item) -> float | None:
+    """The limit ``item`` is given by its group's marker, or None: its own ``timeout`` marker, the
+    command line's ``--timeout`` (or ``PYTEST_TIMEOUT``), or pyproject.toml's default applies."""
+    if item.get_closest_marker("timeout") is not None:
+        return None
+    if config.getoption("timeout", None) is not None or os.environ.get("PYTEST_TIMEOUT"):
+        return None
+    soak = config.getoption("--soak")
+    limits = [limit for marker, limit in TIME_LIMITS.items() if item.get_closest_marker(marker) is not None]
+    if not limits and soak and config.getini("timeout"):
+        limits = [float(config.getini("timeout"))]  # a default-run test that --soak makes longer
+    if not limits:
+        return None
+    return max(limits) * (SOAK_FACTOR if soak else 1)
+
+
+@contextmanager
+def off_the_clock() -> Iterator[None]:
+    """Hold the running test's time limit while a one-time build runs (a test group's virtual
+    environment, Azurite's npm install): whichever test comes first would otherwise pay for it.
+    The builds bound themselves (each pip or npm call has its own timeout, tests/_venvs.py); the
+    test gets back what was left of its limit when the build ends."""
+    left, _ = signal.setitimer(signal.ITIMER_REAL, 0)  # pytest-timeout's signal method: ITIMER_REAL
+    try:
+        yield
+    finally:
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, left)
 
 
 SEED_VARIABLE = "TRAINSTATUS_SEED"
@@ -239,8 +308,10 @@ def gcs_server() -> Any:
 @pytest.fixture(scope="session")
 def azure_server() -> Any:
     """Azurite's blob server on loopback, one for the session (npm installs it once per checkout)."""
-    from _objectservers import AzuriteServer
+    from _objectservers import AzuriteServer, azurite_binary
 
+    with off_the_clock():  # npm's install: 33 s on a fresh checkout, in the first Azure test's setup
+        azurite_binary()
     server = AzuriteServer()
     try:
         server.start()

@@ -37,13 +37,12 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import _workers
 import pytest
-from _helpers import run_threads
+from _helpers import alarm, run_threads
 from _helpers import same
 
 from trainstatus import StatusStore
@@ -300,20 +299,9 @@ def check_file(path: Path, size: int, slots: int, floors: dict[int, int]) -> dic
     return seqs
 
 
-@contextmanager
-def watchdog(seconds: float) -> Iterator[None]:
+def watchdog(seconds: float) -> contextlib.AbstractContextManager[None]:
     """Fail instead of hanging if the kill loop blocks (a writer that never reports)."""
-
-    def expired(signum: int, frame: Any) -> None:
-        raise AssertionError(f"the kill loop made no progress for {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return alarm(seconds, f"the kill loop made no progress for {seconds} s")
 
 
 class Tally:

@@ -23,7 +23,7 @@ from typing import Any
 import _workers
 import filelock
 import pytest
-from _helpers import end_processes, lock_held_by_another_process, process_message, run_threads, soft_holder, soft_message
+from _helpers import alarm, end_processes, lock_held_by_another_process, process_message, run_threads, soft_holder, soft_message
 
 from trainstatus import (
     StatusStore,
@@ -59,20 +59,9 @@ def thread_message_store(path: Path, timeout: float) -> str:
     )
 
 
-@contextmanager
-def deadline(seconds: int = 30) -> Iterator[None]:
+def deadline(seconds: int = 30) -> contextlib.AbstractContextManager[None]:
     """Fail instead of hanging when the body blocks the main thread (waits with no timeout)."""
-
-    def expired(signum: int, frame: Any) -> None:
-        raise AssertionError(f"still blocked after {seconds} s: deadlock")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    return alarm(seconds, f"still blocked after {seconds} s: deadlock")
 
 
 @contextmanager

@@ -53,3 +53,18 @@ def test_the_tests_that_build_an_environment_are_marked_by_needing_it() -> None:
     assert not [test for test in collected if "test_integration_lightning.py::" in test]
     assert not [test for test in collected if "read_each_others_lists" in test]  # its mla_python test
     assert any("test_checkpoints.py::" in test for test in collected)  # the file itself is collected
+
+
+def test_the_readme_gives_each_groups_time_limit_as_configured() -> None:
+    # pyproject.toml's default and conftest's limit per group, as the README's paragraph says them.
+    import tomllib
+
+    import conftest
+
+    default = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["timeout"]
+    limits = {group: seconds // 60 for group, seconds in conftest.TIME_LIMITS.items()}
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert limits["long"] == limits["mlagents"] and limits["integrations"] == limits["ray"]  # as the README groups them
+    assert (f"{default // 60} minutes in the default run, {limits['long']} in `long` and `mlagents`, "
+            f"{limits['integrations']} in `integrations` and `ray`") in text
+    assert f"`--soak` gives {conftest.SOAK_FACTOR} times as long" in text
