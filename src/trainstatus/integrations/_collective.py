@@ -91,14 +91,32 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
             view = _sizes(folder)
         except OSError as exc:
             problem = f"listing {exc.filename or folder} failed ({exc.strerror or exc})"
-    views = _gather((me.rank, me.host, view, problem), group, seconds, me, f"recording {what}")
+    doing = f"recording {what}"
+    views = _gather((me.rank, me.host, view, problem), group, seconds, me, doing)
+    own: dict[str, int] = {}  # rank 0's view, revalidated where another rank's differs
 
-    def checked_write() -> dict[str, Any]:
+    def checked_write() -> dict[str, Any] | _Ask:
         assert views is not None
-        _check_views(views, folder, what)
-        return write(True)
+        own.update(_check_views(views, folder, what))
+        missing = _missing(views, own)
+        return _Ask(missing) if missing else write(True)
 
-    return dict(_from_rank_0(checked_write, me, group, seconds, f"recording {what}"))
+    # 3. Rank 0 checks what each rank sees against its own view, both ways, and writes; or, where
+    #    another rank's listing lacks a file rank 0 sees (or shows another size), first asks that
+    #    rank to open it (a listing may be stale on a network filesystem): only then is it refused.
+    outcome = _from_rank_0(checked_write, me, group, seconds, doing)
+    if isinstance(outcome, _Ask):
+        asked = outcome.names.get(me.rank, [])
+        answer = {name: _opened_size(os.path.join(folder, name)) for name in asked}
+        answers = _gather((me.rank, me.host, answer), group, seconds, me, doing)
+
+        def rechecked_write() -> dict[str, Any]:
+            assert answers is not None
+            _check_answers(answers, own, views[0][1] if views else "", folder, what)
+            return write(True)
+
+        outcome = _from_rank_0(rechecked_write, me, group, seconds, doing)
+    return dict(outcome)
 
 
 def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], root: str, *, what: str,
@@ -215,9 +233,52 @@ def _raise(exc: OSError) -> None:
     raise exc
 
 
-def _check_views(views: list[Any], folder: str, what: str) -> None:
+class _Ask:
+    """Rank 0's question instead of an outcome: the files (rank -> names) a rank's listing lacks or
+    shows with another size than rank 0 sees; each such rank opens them and answers."""
+
+    def __init__(self, names: dict[int, list[str]]) -> None:
+        self.names = names
+
+
+def _missing(views: list[Any], own: Mapping[str, int]) -> dict[int, list[str]]:
+    """For each rank, the files of rank 0's view ``own`` that its view lacks or shows otherwise."""
+    return {rank: names for rank, _, view, _ in views[1:]
+            if (names := sorted(name for name, size in own.items() if view.get(name) != size))}
+
+
+def _check_answers(answers: list[Any], own: Mapping[str, int], host_0: str, folder: str, what: str) -> None:
+    """Rank 0's check of what the ranks it asked found when they opened the files (see ``_Ask``)."""
+    problems = []
+    for rank, host, answer in answers:
+        unseen = sorted(name for name, size in answer.items() if size is None)
+        differ = sorted(name for name, size in answer.items() if size is not None and size != own[name])
+        if unseen:
+            problems.append((rank, host, f"rank {rank} on {host} does not see {_some(unseen)}, which rank 0 on "
+                                         f"{host_0} sees"))
+        if differ:
+            shown = ", ".join(f"{name} ({answer[name]} bytes, rank 0 sees {own[name]})" for name in differ[:3])
+            problems.append((rank, host, f"rank {rank} on {host} sees {shown}{' and more' if len(differ) > 3 else ''}"))
+    if problems:
+        raise _not_shared(what, folder, [why for _, _, why in problems], [r for r, _, _ in problems],
+                          [h for _, h, _ in problems])
+
+
+def _not_shared(what: str, folder: str, problems: list[str], ranks: list[int],
+                hosts: list[str]) -> TrainingStatusCheckpointNotShared:
+    return TrainingStatusCheckpointNotShared(
+        f"Cannot record {what}: the ranks do not see the same files in {folder}: {'; '.join(problems)}. "
+        "Nothing was recorded. Every rank must write its files into one folder that every node sees at "
+        "the same path (a shared filesystem); node-local output folders cannot hold a checkpoint that "
+        "every rank resumes from.",
+        ranks=sorted(set(ranks)), hosts=sorted(set(hosts)), file_path=folder,
+    )
+
+
+def _check_views(views: list[Any], folder: str, what: str) -> dict[str, int]:
     """Rank 0's check of what every rank sees: each file any rank sees is seen by rank 0, with the
-    same size. Raises the error every rank will raise."""
+    same size; rank 0's view (revalidated where another differs). Raises the error every rank will
+    raise. (The other way, files rank 0 sees that another rank's listing lacks: ``_missing``.)"""
     failed = [f"rank {rank} on {host}: {problem}" for rank, host, _, problem in views if problem is not None]
     if failed:
         raise TrainingStatusCheckpointError(
@@ -241,15 +302,9 @@ def _check_views(views: list[Any], folder: str, what: str) -> None:
             shown = ", ".join(f"{name} ({view[name]} bytes, rank 0 sees {own[name]})" for name in differ[:3])
             problems.append(f"rank {rank} on {host} sees {shown}{' and more' if len(differ) > 3 else ''}")
     if problems:
-        raise TrainingStatusCheckpointNotShared(
-            f"Cannot record {what}: the ranks do not see the same files in {folder}: {'; '.join(problems)}. "
-            "Nothing was recorded. Every rank must write its files into one folder that every node sees at "
-            "the same path (a shared filesystem); node-local output folders cannot hold a checkpoint that "
-            "every rank resumes from.",
-            ranks=sorted({rank for rank, _, view, _ in views if any(own.get(n) != z for n, z in view.items())}),
-            hosts=sorted({host for _, host, view, _ in views if any(own.get(n) != z for n, z in view.items())}),
-            file_path=folder,
-        )
+        odd = [(rank, host) for rank, host, view, _ in views if any(own.get(n) != z for n, z in view.items())]
+        raise _not_shared(what, folder, problems, [rank for rank, _ in odd], [host for _, host in odd])
+    return own
 
 
 def _opened_size(path: str) -> int | None:

@@ -145,6 +145,7 @@ class _Progress:
         self.count = 0  # collectives entered by this process: the same on every rank
         self.store: Any = None
         self.of: Any = None  # the store the clone was made from
+        self.unsure = False  # this rank's own last set failed: its key (and so every count) may be stale
 
     def _store(self) -> Any:
         default: Any = self.place.loaded().distributed_c10d._get_default_store()  # Any: clone() is not in its stubs
@@ -159,14 +160,20 @@ class _Progress:
         self.count += 1
         try:
             self._store().set(f"trainstatus/progress/{me.rank}", f"{self.count} {step}")
+            self.unsure = False
         except Exception:  # noqa: BLE001 - a store that fails only makes the message less precise
             self.store = self.of = None
+            self.unsure = True
 
     def behind(self, me: Ranks) -> str | None:
+        if self.unsure:
+            return None
         try:
             store = self._store()
             late = []
             for rank in range(me.world_size):
+                if rank == me.rank:
+                    continue  # the rank that raises reached this collective, whatever its key says
                 key = f"trainstatus/progress/{rank}"
                 count, step = store.get(key).decode().split(" ", 1) if store.check([key]) else ("0", "none yet")
                 if int(count) < self.count:
