@@ -158,7 +158,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #   install on a fresh checkout (33 s), is a build and taken off the clock (``off_the_clock``).
 # - long (600): the slowest takes 67 s (test_codec's 20,000-example property), then 32 s (the
 #   Azure server restarted mid-run); 9 times the slowest.
-# - mlagents (600): real mlagents-learn runs, killed and resumed: see MLAGENTS below.
+# - mlagents (600): 24 s the slowest but one; above the 300 s the tests give one mlagents-learn
+#   run, so that their message comes first. The kill loop (20 runs killed and resumed, 175 s) sets
+#   its own 1,200. Its environments' builds (66 s and 22 s on a fresh checkout) are off the clock.
 # - integrations (900): 20 to 60 s a test, the kill loops (20 kills of 2 torchrun ranks) longer;
 #   not measured here (the leg builds a 1 GB environment, 13.5 minutes a run): the tests' own bound
 #   on one training child is 600 s, and the limit sits above it so that their message comes first.
