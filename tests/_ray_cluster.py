@@ -49,7 +49,10 @@ class Cluster:
         self.marker = uuid.uuid4().hex
         # Short: Ray's socket paths under it must stay below the 107 characters of a unix socket.
         self.temp_dir = tempfile.mkdtemp(prefix="tsray-")
-        self.env = {**os.environ, **SETTINGS, **env, MARKER: self.marker}
+        # RAY_TMPDIR: Ray Train's lock files (TempFileLock) go to $RAY_TMPDIR/_ray_lockfiles, else
+        # /tmp/_ray_lockfiles, a folder the first user to run Ray on the machine owns: another user's
+        # run then fails on it (PermissionError). The cluster's own folder instead.
+        self.env = {**os.environ, **SETTINGS, **env, MARKER: self.marker, "RAY_TMPDIR": self.temp_dir}
         self.process: subprocess.Popen[str] | None = None
         self.answers: queue.Queue[str] = queue.Queue()
         self.starts = 0
