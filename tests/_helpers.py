@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -16,6 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import trainstatus
 from trainstatus import StatusStore
 from trainstatus._lock import path_lock as _locking
 
@@ -328,3 +334,66 @@ def alarm(seconds: float, message: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
         if outer and not (fired and limit_first):  # at least a moment: a limit passed fires at once
             signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 0.001))
+
+
+# -- a child run as user nobody ---------------------------------------------------------------------
+# The checkout, its .venv and the interpreter it was made from may all lie under a folder only
+# root can enter (a clone under mktemp -d, pyenv under /root): what nobody runs must be copied out,
+# or found elsewhere.
+
+
+def closed_to_others(path: str | os.PathLike[str]) -> str | None:
+    """The first folder on the way to ``path``, or ``path`` itself, that a user other than its owner
+    and group (``nobody``) cannot pass through or read; None if there is none."""
+    target = os.path.realpath(path)
+    for folder in [*reversed(Path(target).parents), Path(target)]:
+        mode = os.stat(folder).st_mode
+        need = stat.S_IXOTH if str(folder) != target else stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+        if mode & need != need:
+            return str(folder)
+    return None
+
+
+def interpreter_for_nobody() -> str:
+    """A Python of this one's version whose standard library ``nobody`` can read, or skip saying why
+    (the copied orjson is compiled for this version)."""
+    reasons = []
+    for candidate in dict.fromkeys([os.path.realpath(sys.executable), "/usr/bin/python3",
+                                    f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"]):
+        if not os.path.exists(candidate):
+            continue
+        probe = subprocess.run(
+            [candidate, "-I", "-S", "-c", "import json, sys, sysconfig; print(json.dumps([sys.version_info[:2], "
+             "sysconfig.get_path('stdlib'), sysconfig.get_path('platstdlib')]))"],
+            capture_output=True, text=True, timeout=60, check=True)
+        version, *libraries = json.loads(probe.stdout)
+        closed = [found for found in map(closed_to_others, libraries) if found]
+        if tuple(version) != sys.version_info[:2]:
+            reasons.append(f"{candidate} is Python {version[0]}.{version[1]}")
+        elif closed:
+            reasons.append(f"{candidate}'s standard library is under {closed[0]}, which others cannot read")
+        else:
+            return candidate
+    pytest.skip("no interpreter user nobody can run: " + "; ".join(reasons))
+
+
+def copy_for_nobody(folder: Path) -> Path:
+    """trainstatus and its dependencies (pyproject.toml's filelock and orjson) copied into
+    ``folder``, everyone able to read them; skip if ``nobody`` cannot reach ``folder``."""
+    shutil.copytree(Path(trainstatus.__file__).parent, folder / "trainstatus", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("filelock", "orjson"):
+        for file in importlib.metadata.distribution(name).files or []:
+            if file.parts[0].endswith(".dist-info") or ".." in file.parts or "__pycache__" in file.parts:
+                continue
+            (folder / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file.locate(), folder / file)
+    for root, folders, names in os.walk(folder):  # whatever the umask made them
+        for name in folders:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o644)
+    os.chmod(folder, 0o755)
+    closed = closed_to_others(folder)
+    if closed:
+        pytest.skip(f"user nobody cannot reach the temporary folder: {closed} is closed to others")
+    return folder

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import _helpers
 import pytest
 
 from trainstatus import (
@@ -185,8 +186,6 @@ store.set("b", "n", 3)
                     reason="switches to another user (root and setpriv)")
 @pytest.mark.parametrize("mode", ["000", "044"])
 def test_a_status_file_its_owner_cannot_write_is_named_as_the_cause(mode: str) -> None:
-    import subprocess
-    import sys
     import tempfile
 
     # Under /tmp itself: pytest's own tmp_path is not reachable by another user.
@@ -196,28 +195,15 @@ def test_a_status_file_its_owner_cannot_write_is_named_as_the_cause(mode: str) -
         os.chown(folder, NOBODY, NOBODY)
         path = os.path.join(folder, "status.json")
 
-        # The checkout and its virtual environment may sit in a folder only root can enter (a
-        # clean clone under mktemp -d): the child imports copies of the package and its two
-        # dependencies from a folder everyone can read instead.
-        import filelock
-        import orjson
-
-        import trainstatus
-
-        site = os.path.join(folder, "site")
-        for module in (trainstatus, filelock, orjson):
-            package = os.path.dirname(os.path.abspath(module.__file__ or ""))
-            shutil.copytree(package, os.path.join(site, os.path.basename(package)),
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        for directory, _, files in os.walk(site):
-            os.chmod(directory, 0o755)
-            for name in files:
-                os.chmod(os.path.join(directory, name), 0o644)
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": site}
-        # setpriv rather than os.setuid in the child: the interpreter may live in root's home
-        # (pyenv), which the switched user could not execute otherwise.
+        # The checkout, its virtual environment and the interpreter it was made from may sit in a
+        # folder only root can enter (a clean clone under mktemp -d, pyenv under /root): the child
+        # imports copies of the package and its two dependencies from a folder everyone can read,
+        # on an interpreter whose standard library everyone can read.
+        site = _helpers.copy_for_nobody(Path(folder) / "site")
+        python = _helpers.interpreter_for_nobody()
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
         command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                   os.path.realpath(sys.executable), "-c", OWNER_CANNOT_WRITE, path, mode]
+                   python, "-c", OWNER_CANNOT_WRITE, path, mode]
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == 0, done.stderr
         message = done.stdout

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _helpers
 import pytest
 from _helpers import lock_held_by_another_process, read_fresh
 
@@ -709,70 +710,12 @@ UNPRIVILEGED_OPEN = textwrap.dedent(
 )
 
 
-def _closed_to_others(path: str) -> str | None:
-    """The first folder on the way to ``path``, or ``path`` itself, that a user other than its owner
-    and group (``nobody``) cannot pass through or read; None if there is none."""
-    target = os.path.realpath(path)
-    for folder in [*reversed(Path(target).parents), Path(target)]:
-        mode = os.stat(folder).st_mode
-        need = stat.S_IXOTH if str(folder) != target else stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
-        if mode & need != need:
-            return str(folder)
-    return None
-
-
-def _interpreter_for_nobody() -> str:
-    """A Python of this one's version whose standard library ``nobody`` can read (it imports from it
-    after dropping privileges), or skip: this suite's may live under /root (pyenv), 0700."""
-    reasons = []
-    for candidate in dict.fromkeys([os.path.realpath(sys.executable), "/usr/bin/python3",
-                                    f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"]):
-        if not os.path.exists(candidate):
-            continue
-        probe = subprocess.run(
-            [candidate, "-I", "-S", "-c", "import json, sys, sysconfig; print(json.dumps([sys.version_info[:2], "
-             "sysconfig.get_path('stdlib'), sysconfig.get_path('platstdlib')]))"],
-            capture_output=True, text=True, timeout=60, check=True)
-        version, *libraries = json.loads(probe.stdout)
-        closed = [found for found in map(_closed_to_others, libraries) if found]
-        if tuple(version) != sys.version_info[:2]:  # orjson's compiled module is for this version
-            reasons.append(f"{candidate} is Python {version[0]}.{version[1]}")
-        elif closed:
-            reasons.append(f"{candidate}'s standard library is under {closed[0]}, which others cannot read")
-        else:
-            return candidate
-    pytest.skip("no interpreter user nobody can run: " + "; ".join(reasons))
-
-
 @pytest.fixture
 def copy_for_nobody() -> Iterator[Path]:
-    """trainstatus and its dependencies copied into a folder ``nobody`` can read: the checkout and
-    its .venv may lie under a 0700 folder (/root/..., a ``mktemp -d``)."""
-    import importlib.metadata
-
-    import trainstatus
-
+    """trainstatus and its dependencies copied where ``nobody`` can read them (``_helpers``)."""
     folder = Path(tempfile.mkdtemp(prefix="trainstatus-nobody-"))
     try:
-        shutil.copytree(Path(trainstatus.__file__).parent, folder / "trainstatus",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("filelock", "orjson"):  # pyproject.toml's dependencies
-            files = importlib.metadata.distribution(name).files or []
-            for file in files:
-                if file.parts[0].endswith(".dist-info") or ".." in file.parts or "__pycache__" in file.parts:
-                    continue
-                (folder / file).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(file.locate(), folder / file)
-        for root, folders, names in os.walk(folder):  # whatever umask made them
-            for name in folders:
-                os.chmod(os.path.join(root, name), 0o755)
-            for name in names:
-                os.chmod(os.path.join(root, name), 0o644)
-        os.chmod(folder, 0o755)
-        closed = _closed_to_others(str(folder))
-        if closed:
-            pytest.skip(f"user nobody cannot reach the temporary folder: {closed} is closed to others")
-        yield folder
+        yield _helpers.copy_for_nobody(folder)
     finally:
         shutil.rmtree(folder)
 
@@ -790,7 +733,7 @@ def world_readable_dir() -> Iterator[Path]:
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to drop privileges")
 def test_unreadable_file(world_readable_dir: Path, copy_for_nobody: Path) -> None:
-    python = _interpreter_for_nobody()
+    python = _helpers.interpreter_for_nobody()
     path = world_readable_dir / "status.json"
     StatusStore(path).set("Walker", "lesson", 1)
     os.chmod(path, 0o600)
