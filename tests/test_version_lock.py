@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import random
 import subprocess
 import sys
@@ -78,17 +79,30 @@ def _tell(process: subprocess.Popen[str], line: str) -> None:
     process.stdin.flush()
 
 
-def _line(process: subprocess.Popen[str], seconds: float) -> str | None:
-    """The next line ``process`` says within ``seconds`` (None if it says none by then)."""
-    import select
+_said: dict[int, queue.Queue[str | None]] = {}  # pid -> the lines its reader thread has read
 
-    assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], seconds)
-    if not ready:
+
+def _line(process: subprocess.Popen[str], seconds: float) -> str | None:
+    """The next line ``process`` says within ``seconds`` (None if it says none by then). A thread
+    reads its output: a ``select`` on the pipe does not see lines a buffered read took already."""
+    lines = _said.get(process.pid)
+    if lines is None:
+        lines = _said[process.pid] = queue.Queue()
+        assert process.stdout is not None
+        stdout = process.stdout
+
+        def read() -> None:
+            for line in stdout:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+    try:
+        line = lines.get(timeout=seconds)
+    except queue.Empty:
         return None
-    line = process.stdout.readline()
-    assert line, f"process {process.pid} exited"
-    return line.rstrip("\n")
+    assert line is not None, f"process {process.pid} exited"
+    return line
 
 
 def _on_disk(path: Path) -> dict[str, Any]:
@@ -410,9 +424,12 @@ def _torture(tmp_path: Path, seed: int, *, writers: int, seconds: float, durable
             replaced += 1
     results = []
     for process in processes:
-        out, _ = process.communicate(timeout=TIMEOUT + seconds)
-        assert process.returncode == 0, out
-        results.append(json.loads(out.strip().splitlines()[-1]))
+        out = []
+        with contextlib.suppress(AssertionError):  # (raised once it exited: its output is all read)
+            while (line := _line(process, TIMEOUT + seconds)) is not None:
+                out.append(line)
+        assert process.wait(TIMEOUT) == 0, out
+        results.append(json.loads(out[-1]))
     on_disk = _on_disk(path)
     lost = []
     for me, result in enumerate(results):
