@@ -1,7 +1,8 @@
 """The checkpointing trainer that tests/test_checkpoints.py SIGKILLs, and the fork server that runs it.
 
-The server is one interpreter with trainstatus imported that forks a writer per "spawn <json>"
-line, so a kill costs a fork rather than an interpreter start. A writer opens the status file,
+The server (``serve``: tests/_forkserver.py's, run by tests/_launch.py's ``Workers``) is one
+interpreter with trainstatus imported that forks a writer per run, so a kill costs a fork rather
+than an interpreter start. A writer opens the status file,
 continues after the newest checkpoint listed and loops: write the checkpoint file in chunks (each
 flushed, so a kill leaves it part-written on disk) and a small auxiliary file, then
 ``CheckpointList.add`` them, until killed.
@@ -14,12 +15,11 @@ certainly reached. ``order="mlagents"`` records the way ML-Agents 1.1.0's checkp
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
-import traceback
 from typing import Any
+
+import _forkserver
 
 from trainstatus import CheckpointList, StatusStore
 
@@ -136,31 +136,14 @@ def writer(run_dir: str, keep: int, stop_at: str | None = None, stop_after: int 
 
 
 def serve() -> None:
-    """Fork a writer per "spawn <json>" line; reap one per "reap <pid>" line; "quit" ends."""
+    """The fork server (tests/_forkserver.py): a writer per run, until it is SIGKILLed."""
     # What the first write imports on first use (filelock): loaded here, once, so that each forked
     # writer writes at once, as the random kill delays assume.
     from trainstatus._lock import path_lock as _locking
 
     assert _locking.filelock.Timeout
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for line in sys.stdin:
-        command, _, rest = line.strip().partition(" ")
-        if command == "spawn":
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the writer ends only by SIGKILL or an error
-                try:
-                    writer(**json.loads(rest))
-                except BaseException:  # noqa: BLE001 - reported through the exit status and stderr
-                    traceback.print_exc()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(1)
-            print(f"pid {pid}", flush=True)
-        elif command == "reap":
-            pid, status = os.waitpid(int(rest), 0)
-            print(f"status {status}", flush=True)
-        elif command == "quit":
-            return
+    _forkserver.serve(lambda options: writer(**options))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from typing import Any
 import _checkpoint_writer as cw
 import pytest
 from _helpers import read_fresh, run_threads, same, write
+from _launch import Run, Workers
 
 from trainstatus import (
     CheckpointList,
@@ -885,47 +886,25 @@ def test_ml_agents_and_trainstatus_read_each_others_lists(tmp_path: Path, mla_py
 # -- kills -------------------------------------------------------------------------------------
 
 
-class Server:
-    """tests/_checkpoint_writer.py's fork server."""
+class Server(Workers):
+    """tests/_checkpoint_writer.py's fork server: a writer a run."""
 
-    def __init__(self) -> None:
-        code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import _checkpoint_writer; _checkpoint_writer.serve()"
-        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, cwd=TESTS)
+    def __init__(self, where: Path) -> None:
+        super().__init__(Path(sys.executable), TESTS / "_checkpoint_writer.py", where)
 
-    def ask(self, line: str) -> str:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-        return self.process.stdout.readline().strip()
+    def spawn(self, **arguments: Any) -> Run:
+        return self.start(1, **arguments)
 
-    def spawn(self, **arguments: Any) -> int:
-        answer = self.ask("spawn " + json.dumps(arguments))
-        assert answer.startswith("pid "), answer
-        return int(answer.split()[1])
-
-    def reap(self, pid: int, *, kill: bool) -> None:
-        """Wait for ``pid`` (SIGKILLing it first if ``kill``); fail unless SIGKILL ended it."""
+    def reap(self, run: Run, *, kill: bool) -> None:
+        """Wait for the writer (SIGKILLing it first if ``kill``); fail unless SIGKILL ended it."""
         if kill:
-            os.kill(pid, signal.SIGKILL)
-        status = int(self.ask(f"reap {pid}").split()[1])
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
-            f"the writer ended by itself (wait status {status}): see its traceback above")
-
-    def close(self) -> None:
-        try:
-            self.ask("quit")
-        except OSError:
-            pass
-        self.process.wait(30)
-        for stream in (self.process.stdin, self.process.stdout):
-            if stream is not None:
-                stream.close()
+            run.kill([0])
+        assert run.exits() == [-signal.SIGKILL], f"the writer ended by itself: {run.stderr()}"
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    running = Server()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = Server(tmp_path_factory.mktemp("writers"))
     yield running
     running.close()
 
@@ -988,9 +967,9 @@ def test_sigkill_at_random_moments_never_leaves_a_listed_file_missing(
     progress = 0
     leftovers: set[str] = set()
     for _ in range(kills):
-        pid = server.spawn(run_dir=str(tmp_path), keep=keep)
+        writer = server.spawn(run_dir=str(tmp_path), keep=keep)
         time.sleep(rng.uniform(0.005, 0.12))
-        server.reap(pid, kill=True)
+        server.reap(writer, kill=True)
         found = after_kill(tmp_path, keep)
         assert found["newest"] >= progress  # nothing recorded is ever lost
         progress = found["newest"]
@@ -1008,8 +987,8 @@ def test_sigkill_at_random_moments_never_leaves_a_listed_file_missing(
 @pytest.mark.parametrize("point", cw.STOP_POINTS)
 def test_sigkill_at_each_point_of_a_checkpoint_save(tmp_path: Path, server: Server, point: str, reliability: Any) -> None:
     keep = 2
-    pid = server.spawn(run_dir=str(tmp_path), keep=keep, stop_at=point, stop_after=4)
-    server.reap(pid, kill=False)  # it kills itself at the point
+    writer = server.spawn(run_dir=str(tmp_path), keep=keep, stop_at=point, stop_after=4)
+    server.reap(writer, kill=False)  # it kills itself at the point
     found = after_kill(tmp_path, keep)
     recorded = point in ("after-record", "mid-remove", "after-add")
     assert found["newest"] == (4 if recorded else 3) * cw.STEP
@@ -1019,8 +998,8 @@ def test_sigkill_at_each_point_of_a_checkpoint_save(tmp_path: Path, server: Serv
     # (the dropped checkpoint's two files, or the one not yet removed)
     assert found["leftover"] == {"after-record": 2, "mid-remove": 1}.get(point, 0)
     # The next run finishes the job: it resumes after the newest listed checkpoint.
-    pid = server.spawn(run_dir=str(tmp_path), keep=keep, stop_at="after-add", stop_after=1)
-    server.reap(pid, kill=False)
+    writer = server.spawn(run_dir=str(tmp_path), keep=keep, stop_at="after-add", stop_after=1)
+    server.reap(writer, kill=False)
     again = after_kill(tmp_path, keep)
     assert again["newest"] == found["newest"] + cw.STEP
     reliability.add("kills", 2, source="test_checkpoints.py")
@@ -1029,8 +1008,8 @@ def test_sigkill_at_each_point_of_a_checkpoint_save(tmp_path: Path, server: Serv
 def test_the_same_checks_catch_ml_agents_order(tmp_path: Path, server: Server) -> None:
     # ML-Agents 1.1.0 removes the dropped checkpoint's files and then sets the list: killed in
     # between, the status lists a file that is gone. The checks above must see that.
-    pid = server.spawn(run_dir=str(tmp_path), keep=2, stop_at="mid-remove", stop_after=4, order="mlagents")
-    server.reap(pid, kill=False)
+    writer = server.spawn(run_dir=str(tmp_path), keep=2, stop_at="mid-remove", stop_after=4, order="mlagents")
+    server.reap(writer, kill=False)
     with pytest.raises(AssertionError, match="a listed checkpoint file is missing"):
         after_kill(tmp_path, 2)
     found = missing_files(read_fresh(cw.status_path(str(tmp_path))), str(tmp_path))
