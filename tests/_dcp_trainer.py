@@ -28,7 +28,7 @@ thread's stack to stderr (the tests ask for it before failing on a child that ha
 ``"role": "alone"``: one process, no process group; the scenarios ``scenarios`` of
 tests/test_integration_dcp.py on a plain module (see ``alone``).
 
-It prints one JSON object a line, each with ``event``, ``rank`` and ``t`` (time.time()):
+It prints one JSON object a line (tests/_forkserver.py ``say``), each with ``event``, ``rank`` and ``t``:
 ``pid``, ``theirs`` (path, ok, error), ``resumed`` (path, step, warnings, seconds), ``save-begin``
 and ``save-end`` (step), ``arrive`` (rank 1, late), ``recorded`` (step, files, seconds), ``error``
 (what a trainstatus call raised: type, message, ranks, hosts, seconds), ``done`` (step, digest).
@@ -36,26 +36,16 @@ and ``save-end`` (step), ``arrive`` (rank 1, late), ``recorded`` (step, files, s
 
 from __future__ import annotations
 
-import faulthandler
 import hashlib
 import json
 import os
 import re
-import signal
 import sys
 import time
 import warnings
 from typing import Any
 
-RANK = int(os.environ.get("RANK", "0"))
-
-
-def say(**fields: Any) -> None:
-    # One write of the whole line: both workers write to the one pipe torchrun gives them, and
-    # print() writes the line and its newline apart (the other rank's line landed between).
-    sys.stdout.flush()
-    os.write(1, (json.dumps({**fields, "rank": RANK, "t": time.time()}) + "\n").encode())
-
+from _forkserver import announce, say
 
 def ours(caught: list[warnings.WarningMessage]) -> list[str]:
     return [f"{w.category.__name__}: {w.message}" for w in caught if w.category.__name__.startswith("TrainingStatus")]
@@ -103,7 +93,7 @@ def train(options: dict[str, Any]) -> None:
         setattr(dist, name, then_exit)  # trainstatus looks it up on torch.distributed at each call
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    say(event="pid", pid=os.getpid())
+    announce()
     directory, timeout, width = options["dir"], options.get("timeout", 120), options.get("width", 512)
 
     def build() -> tuple[Any, Any]:
@@ -345,7 +335,6 @@ def alone(options: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for the stacks of a child that hangs
     options = json.loads(sys.argv[1])
     if options.get("role", "train") == "alone":
         alone(options)

@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _launch
 import pytest
-from _launch import Launch, free_port, holding, kill
-
-from trainstatus import StatusStore
+from _forkserver import environment
+from _launch import Launch, free_port, kill, leftovers
 
 TRAINER = Path(__file__).resolve().parent / "_dcp_trainer.py"
 BOUND = 120.0  # seconds: a generous bound for "within a bound", and every child's timeout
@@ -47,8 +47,7 @@ HOST = socket.gethostname()
 def no_leftovers(tmp_path: Path) -> Iterator[None]:
     """No process of the test outlives it: any left is killed by pid, and fails a test that passed."""
     yield
-    left = holding(str(tmp_path))
-    kill(left, str(tmp_path))
+    left = leftovers(str(tmp_path))
     assert not left, f"processes {left} outlived the test"
 
 
@@ -67,8 +66,7 @@ def started_directly(python: Path, tmp_path: Path, options: dict[str, Any],
     launches = []
     for rank in (0, 1):
         argv = [str(python), str(TRAINER), json.dumps(options)]
-        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": "2", "GLOO_SOCKET_IFNAME": "lo"}
+        env = {**environment(rank, 2, port), "GLOO_SOCKET_IFNAME": "lo"}
         launches.append(Launch(wrap(rank, argv) if wrap else argv, tmp_path / f"rank{rank}.err", env=env))
     return launches
 
@@ -82,10 +80,7 @@ def finished(launches: list[Launch]) -> None:
 
 
 def recorded(status: Path) -> list[dict[str, Any]]:
-    if not status.exists():
-        return []
-    with StatusStore(status) as store:
-        return list(store.get("dcp", "checkpoints") or [])
+    return _launch.recorded(status, "dcp")
 
 
 def on_disk(folder: Path) -> dict[str, int]:
@@ -108,7 +103,7 @@ def alone(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
         assert launch.ended() == 0, launch.stderr()
     finally:
         launch.close()
-        kill(holding(str(base)), str(base))
+        leftovers(str(base))
     by: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for fields in launch.events:
         by[fields.get("scenario", "")].append(fields)
@@ -287,7 +282,7 @@ def late(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
         assert launch.ended() == 0, launch.stderr()
     finally:
         launch.close()
-        kill(holding(str(base)), str(base))
+        leftovers(str(base))
     return base / "ckpt", launch
 
 
