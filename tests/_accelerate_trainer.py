@@ -22,8 +22,8 @@ only if every process's RNG state was restored. A registered object counts the s
 
 ``"role": "api"``: see ``api`` below.
 
-Each process prints one JSON object a line, flushed, with ``event``, ``rank``, ``run`` (the
-options' ``run``) and ``t``:
+Each process prints one JSON object a line (tests/_forkserver.py ``say``), with ``event``, ``rank``,
+``run`` (the fork server's run number) and ``t``:
 
 - ``pid``;
 - ``theirs`` (path, ok, error, rng, fresh: the RNG's digest before the load, rng_file: whether the
@@ -39,11 +39,9 @@ options' ``run``) and ``t``:
 - ``error`` (step, type, message: a save that raised);
 - ``done`` (step, digest of the parameters, main process).
 
-``serve``: a process that imports torch and Accelerate once and then, for each command line read
-on stdin (``{"port": ..., "world": 2, "logs": [...], "options": {...}}``), forks one worker per
-rank with the environment torchrun gives its workers (none with ``"world": 1``: one process
-alone), each running the options above, its own stdout and stderr going to its log file; it
-prints ``started`` (pids) and ``exited`` (worker, code) for each worker.
+``serve``: tests/_forkserver.py's fork server, torch and Accelerate imported once: each run's
+workers are forked with the environment torchrun gives its workers (none with ``"world": 1``: one
+process alone, as ``python _accelerate_trainer.py`` starts it), each running the options above.
 """
 
 from __future__ import annotations
@@ -55,19 +53,11 @@ import os
 import random
 import re
 import sys
-import time
 import warnings
 from typing import Any
 
-RANK = int(os.environ.get("RANK", "0"))
-RUN: Any = None  # the run's name in the test, given in the options, sent with every event
-EVENTS = 1  # the file descriptor events go to (a forked worker's own stdout is its log file)
-
-
-def say(**fields: Any) -> None:
-    # One write of the whole line: the processes share one stdout.
-    line = json.dumps({**fields, "rank": RANK, "run": RUN, "t": time.time()}) + "\n"
-    os.write(EVENTS, line.encode())
+import _forkserver
+from _forkserver import announce, say
 
 
 def ours(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -97,9 +87,7 @@ def folders(directory: str) -> list[str]:
 
 
 def run(options: dict[str, Any]) -> None:
-    global RUN
-    RUN = options.get("run")
-    say(event="pid", pid=os.getpid())
+    announce()
     import datetime
 
     import numpy as np
@@ -171,7 +159,8 @@ def run(options: dict[str, Any]) -> None:
 
     def own_rng_file(path: str | None) -> bool | None:
         """Whether the folder holds this process's RNG state (Accelerate loads it without, in silence)."""
-        return None if path is None else os.path.exists(os.path.join(path, f"random_states_{RANK}.pkl"))
+        rank = int(os.environ.get("RANK", "0"))
+        return None if path is None else os.path.exists(os.path.join(path, f"random_states_{rank}.pkl"))
 
     if mode == "ours" and options.get("theirs"):
         kept = (copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()), torch.get_rng_state(),
@@ -237,8 +226,6 @@ def api(options: dict[str, Any]) -> None:
     from trainstatus import StatusStore
     from trainstatus.integrations.accelerate import last_complete_checkpoint, load_state, save_state
 
-    global RUN
-    RUN = options.get("run")
     results: dict[str, Any] = {}
 
     def attempt(label: str, call: Any) -> None:
@@ -295,47 +282,15 @@ def api(options: dict[str, Any]) -> None:
 
 
 def serve() -> None:
-    """Fork the workers of each command read on stdin (module docstring)."""
-    global EVENTS, RANK, RUN
-    import accelerate  # noqa: F401 - imported once, here, for every worker
+    """The fork server (tests/_forkserver.py), torch and Accelerate imported once for every worker."""
+    import accelerate  # noqa: F401
     import numpy  # noqa: F401
     import torch
 
     import trainstatus.integrations.accelerate  # noqa: F401
 
     torch.set_num_threads(1)
-    EVENTS = os.dup(1)
-    for line in sys.stdin:
-        command = json.loads(line)
-        world, logs, pids = command["world"], command["logs"], []
-        for rank in range(world):
-            pid = os.fork()
-            if pid == 0:
-                RANK = rank
-                if world > 1:  # else one process alone, as `python _accelerate_trainer.py` starts it
-                    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                                       "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(command["port"]),
-                                       "TORCHELASTIC_RUN_ID": "trainstatus-test"})
-                log = os.open(logs[rank], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-                try:
-                    (api if command["options"].get("role") == "api" else run)(command["options"])
-                except BaseException:
-                    import traceback
-
-                    traceback.print_exc()
-                finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(1)  # run() leaves with os._exit(0) when it ends well
-            pids.append(pid)
-        RANK, RUN = 0, command["options"].get("run")
-        say(event="started", pids=pids)
-        for _ in pids:
-            pid, status = os.wait()
-            say(event="exited", worker=pids.index(pid), code=os.waitstatus_to_exitcode(status))
+    _forkserver.serve(lambda options: (api if options.get("role") == "api" else run)(options))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -31,10 +30,8 @@ from typing import Any
 
 import _launch
 import pytest
-from _launch import alive, free_port, holding, kill
+from _launch import Launch, Run, Workers, leftovers
 from _trainer_child import users_line
-
-from trainstatus import StatusStore
 
 TRAINER = Path(__file__).resolve().parent / "_accelerate_trainer.py"
 BOUND = 180.0  # seconds: a generous bound for "within a bound", and every child's timeout
@@ -46,151 +43,36 @@ SAVED = users_line(TRAINER, "saved = save_state(")
 # -- the children -------------------------------------------------------------------------------
 
 
-class Launch(_launch.Launch):
-    """One child (a process alone, or the torchrun agent, whose workers write to the same pipe), with
-    this file's environment and bound."""
-
-    def __init__(self, argv: list[str], stderr: Path, stdin: int = subprocess.DEVNULL) -> None:
-        super().__init__(argv, stderr, env=ENV, stdin=stdin, bound=BOUND)
-
-    def finished(self) -> list[dict[str, Any]]:
-        """Every rank's ``done``, exit 0, and no save that raised (the child stops training at one)."""
-        try:
-            done = self.each("done")
-            assert self.ended() == 0, self.stderr()
-        finally:
-            self.close()
-        assert [e for e in self.events if e["event"] == "error"] == []
-        return done
-
-
 def torchrun(python: Path, where: Path, **options: Any) -> Launch:
     """``python -m torch.distributed.run --standalone --nproc_per_node=2`` of the child."""
     return Launch([str(python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(TRAINER),
-                   json.dumps({"timeout": BOUND, **options})], where / f"torchrun-{time.monotonic_ns()}.err")
-
-
-class Workers(Launch):
-    """``tests/_accelerate_trainer.py serve``: a process that imports torch and Accelerate once and
-    forks the workers of each run (with the environment torchrun gives its workers, or none for one
-    process alone), so that a run starts in about a second, not the ten or twenty of three fresh
-    interpreters importing torch on two busy cores: the kill test makes twenty-odd. The workers run
-    the code they run under torchrun (the ``base`` run is one); when one is killed, the test takes
-    the agent's part and stops the other."""
-
-    def __init__(self, python: Path, where: Path) -> None:
-        self.where = where
-        self.runs: list[Run] = []
-        super().__init__([str(python), str(TRAINER), "serve", str(where)], where / "server.err", stdin=subprocess.PIPE)
-
-    def start(self, world: int = 2, **options: Any) -> Run:
-        """Start a run of ``world`` processes (its events carry its number)."""
-        assert self.process.stdin is not None
-        number = len(self.runs)
-        logs = [str(self.where / f"run{number}-rank{rank}.log") for rank in range(world)]
-        self.process.stdin.write(json.dumps({"port": free_port(), "world": world, "logs": logs,
-                                             "options": {"timeout": BOUND, **options, "run": number}}) + "\n")
-        self.process.stdin.flush()
-        started = self.until(lambda f: f["event"] == "started" and f["run"] == number, f"run {number} started")
-        self.runs.append(Run(self, number, list(started["pids"]), logs))
-        return self.runs[-1]
-
-    def close(self) -> None:
-        if self.process.stdin is not None and not self.process.stdin.closed:
-            self.process.stdin.close()  # the server ends after its last run's workers
-        super().close()
-
-
-class Run:
-    """One run of ``Workers``: its events, as ``Launch`` gives a launch's."""
-
-    def __init__(self, server: Workers, number: int, pids: list[int], logs: list[str]) -> None:
-        self.server, self.number, self.pids, self.logs = server, number, pids, logs
-
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        return [f for f in self.server.events if f["run"] == self.number]
-
-    def event(self, name: str, rank: int, **match: Any) -> dict[str, Any]:
-        """The run's first ``name`` event of ``rank`` that has the fields ``match``; fail once every
-        worker of the run ended without it (or after the bound), with their output."""
-        ended: set[int] = set()
-
-        def wanted(f: dict[str, Any]) -> bool:
-            if f["run"] != self.number:
-                return False
-            if f["event"] == "exited":
-                ended.add(f["worker"])
-            return len(ended) == len(self.pids) or (f["event"] == name and f["rank"] == rank
-                                                    and all(f.get(k) == v for k, v in match.items()))
-
-        what = f"{name!r} of run {self.number}, rank {rank} {match or ''}"
-        try:
-            found = self.server.until(wanted, what)
-        except pytest.fail.Exception as exc:
-            raise AssertionError(f"{exc}\n{self.stderr()}") from None
-        if found["event"] != name:
-            errors = [f"{e['type']}: {e['message']}" for e in self.events if e["event"] == "error"]
-            raise AssertionError(f"every worker of run {self.number} ended before {what}; errors: {errors}\n"
-                                 f"{self.stderr()}")
-        return found
-
-    def each(self, name: str) -> list[dict[str, Any]]:
-        return [self.event(name, rank) for rank in range(len(self.pids))]
-
-    def all(self, name: str, rank: int = 0) -> list[dict[str, Any]]:
-        return [f for f in self.events if f["event"] == name and f["rank"] == rank]
-
-    def exits(self) -> list[int]:
-        """Wait for every worker of the run to end; their exit codes, in rank order."""
-        ended = [self.server.until(lambda f: f["event"] == "exited" and f["run"] == self.number
-                                   and f["worker"] == rank, f"the end of run {self.number}, rank {rank}")
-                 for rank in range(len(self.pids))]
-        return [int(e["code"]) for e in ended]
-
-    def finished(self, failed: int = 0) -> list[dict[str, Any]]:
-        """Every rank's ``done``, exit 0, and ``failed`` saves that raised (the child stops training
-        at one, its run then ends well: without this a run cut short would pass for whole)."""
-        done = self.each("done")
-        assert self.exits() == [0] * len(self.pids), self.stderr()
-        errors = [e for e in self.events if e["event"] == "error"]
-        assert len(errors) == failed, errors
-        return done
-
-    def stderr(self) -> str:
-        return "".join(f"\n--- {Path(log).name}\n{Path(log).read_text(errors='replace')[-3000:]}"
-                       for log in self.logs if os.path.exists(log))
+                   json.dumps({"timeout": BOUND, **options})], where / f"torchrun-{time.monotonic_ns()}.err",
+                  env=ENV, stdin=subprocess.DEVNULL, bound=BOUND)
 
 
 @pytest.fixture(scope="module")
 def server(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    where = tmp_path_factory.mktemp("accelerate_workers")
-    started = Workers(torch_python, where)
-    yield started
-    started.close()
-    kill(holding(str(where)), str(where))
+    """tests/_accelerate_trainer.py's fork server (tests/_forkserver.py): a run starts in about a
+    second, not the ten or twenty of three fresh interpreters importing torch on two busy cores, and
+    the kill test makes twenty-odd. The workers run the code they run under torchrun (the ``base``
+    run is one); when one is killed, the test takes the agent's part and stops the other."""
+    with Workers(torch_python, TRAINER, tmp_path_factory.mktemp("accelerate_workers"), env=ENV, bound=BOUND,
+                 defaults={"timeout": BOUND}) as started:
+        yield started
 
 
 @pytest.fixture
 def workers(server: Workers) -> Iterator[Workers]:
-    """The server; no worker of a run the test started outlives the test (one left is killed, and
-    fails a test that passed)."""
-    first = len(server.runs)
-    yield server
-    left = [pid for run in server.runs[first:] for pid in run.pids if alive(pid)]
-    kill(left, str(server.where))
-    assert not left, f"workers {left} outlived the test"
+    """The server; no worker of a run the test started outlives the test."""
+    with server.owned():
+        yield server
 
 
 # -- reading what a run left --------------------------------------------------------------------
 
 
 def recorded(project: Path) -> list[dict[str, Any]]:
-    status = project / "training_status.json"
-    if not status.exists():
-        return []
-    with StatusStore(status) as store:
-        return list(store.get("accelerate", "checkpoints") or [])
+    return _launch.recorded(project / "training_status.json", "accelerate")
 
 
 def counters(project: Path) -> list[int]:
@@ -218,7 +100,7 @@ def base(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     try:
         launch.finished()
     finally:
-        kill(holding(str(where)), str(where))
+        leftovers(str(where))
     return where / "project", launch
 
 
@@ -448,10 +330,10 @@ def test_kills_at_random_moments_resume_from_the_newest_recorded_save(workers: W
             elif moment == "in Accelerate's save":
                 run.event("writing", victims[-1], step=newest + 1 + rng.randint(1, 3))
                 time.sleep(rng.uniform(0.0, sorted(writes)[len(writes) // 2]))
-            kill([run.pids[rank] for rank in victims], str(workers.where))
+            run.kill(victims)
             if len(victims) == 1:  # torchrun's agent stops the other process soon after
                 time.sleep(rng.uniform(0.0, 0.3))
-                kill(run.pids, str(workers.where))
+                run.kill([0, 1])
             run.exits()
         events = run.events
         # Both processes resumed from exactly the newest recorded save (or the kill came first).
