@@ -3,15 +3,11 @@
     torchrun --standalone --nproc_per_node=2 _lightning_ranks.py '<json options>'
     python _lightning_ranks.py serve
 
-The first form is one run, started by torchrun as a user would. The second is a process that
-imports torch and Lightning once and then, for each command line read on stdin (``{"port": ...,
-"world": 2, "options": {...}}``), forks one worker per rank with the environment torchrun gives
-its workers (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``...), so
-that each of the kill test's twenty-odd runs starts in about a second rather than the ten of two
-fresh interpreters importing torch on two busy cores. The workers run the same code either way,
-Lightning's own DDP or ModelParallel strategy on its own gloo process group. It prints ``started``
-(pids, logs: each worker's stdout and stderr go to a file of its own) and ``exited`` (rank, code)
-for each worker.
+The first form is one run, started by torchrun as a user would. The second is tests/_forkserver.py's
+fork server, torch and Lightning imported once: it forks each run's workers with the environment
+torchrun gives its workers, so that each of the kill test's twenty-odd runs starts in about a
+second. The workers run the same code either way, Lightning's own DDP or ModelParallel strategy on
+its own gloo process group.
 
 A worker trains a tiny LightningModule on random tensors on the CPU with ``ModelCheckpoint(dirpath=dir,
 monitor="step", mode="max", save_top_k=top_k, every_n_train_steps=every, save_last=True)``,
@@ -55,12 +51,8 @@ import time
 import warnings
 from typing import Any
 
-EVENTS = 1  # the file descriptor events go to (a forked worker's own stdout is its log file)
-
-
-def say(**fields: Any) -> None:
-    os.write(EVENTS, (json.dumps({**fields, "rank": int(os.environ.get("RANK", "0"))}) + "\n").encode())
-
+import _forkserver
+from _forkserver import announce, say
 
 def theirs_ok(path: str) -> tuple[bool, str | None]:
     """Whether ``trainer.fit(ckpt_path="last")`` could load ``path`` (see the module docstring)."""
@@ -174,7 +166,7 @@ def run(options: dict[str, Any]) -> None:
     rank = int(os.environ["RANK"])
     if options.get("cwd"):
         os.chdir(options["cwd"][rank])
-    say(event="pid", pid=os.getpid())
+    announce()
     directory, theirs, kind = options["dir"], options.get("theirs"), options.get("strategy", "ddp")
     width, timeout = options.get("width", 32), datetime.timedelta(seconds=options.get("timeout", 60))
     torch.manual_seed(options.get("seed", 0))
@@ -316,52 +308,19 @@ def run(options: dict[str, Any]) -> None:
 
 
 def serve() -> None:
-    """Fork the workers of each command read on stdin (module docstring)."""
-    import lightning.pytorch  # noqa: F401 - imported once, here, for every worker
+    """The fork server (tests/_forkserver.py), torch and Lightning imported once for every worker."""
+    import lightning.pytorch  # noqa: F401
     import torch.distributed.checkpoint
     import torch.distributed.fsdp  # noqa: F401
 
     import trainstatus.integrations.lightning  # noqa: F401
 
-    global EVENTS
-    EVENTS = os.dup(1)
-    for line in sys.stdin:
-        command = json.loads(line)
-        world, logs, pids = command["world"], command["logs"], []
-        for rank in range(world):
-            pid = os.fork()
-            if pid == 0:
-                os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                                   "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(command["port"]),
-                                   "TORCHELASTIC_RUN_ID": "trainstatus-test"})
-                log = os.open(logs[rank], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-                code = 0
-                try:
-                    run(command["options"])
-                except BaseException as exc:
-                    import traceback
-
-                    traceback.print_exc()
-                    say(event="crashed", type=type(exc).__name__, message=str(exc)[:2000])
-                    code = 1
-                finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(code)
-            pids.append(pid)
-        say(event="started", pids=pids)
-        for _ in pids:
-            pid, status = os.wait()
-            say(event="exited", worker=pids.index(pid), code=os.waitstatus_to_exitcode(status))
+    _forkserver.serve(run)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve()
     else:
-        EVENTS = os.dup(1)  # the events alone on stdout: Lightning's own lines go to stderr
-        os.dup2(2, 1)
+        _forkserver.alone()  # Lightning's own lines go to stderr
         run(json.loads(sys.argv[1]))

@@ -17,225 +17,59 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import random
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _launch
 import pytest
+from _launch import Run, Workers, alive
 from _trainer_child import OwnResume
-
-from trainstatus import StatusStore
 
 RANKS = Path(__file__).resolve().parent / "_lightning_ranks.py"
 BOUND = 120.0  # seconds: a generous bound for "within a bound"
 HOST = socket.gethostname()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-class Run:
-    """One run of the two workers: their events, read as they come."""
-
-    def __init__(self, events: queue.Queue[dict[str, Any] | None], logs: list[Path]) -> None:
-        self.queue, self.logs = events, logs
-        self.events: list[dict[str, Any]] = []
-        self.pids: list[int] = []
-        self.exited: dict[int, int] = {}
-
-    def _take(self, fields: dict[str, Any]) -> dict[str, Any]:
-        self.events.append(fields)
-        if fields["event"] == "started":
-            self.pids = fields["pids"]
-        if fields["event"] == "exited":
-            self.exited[fields["worker"]] = fields["code"]
-        return fields
-
-    def _next(self, deadline: float, what: str) -> dict[str, Any]:
-        try:
-            fields = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            pytest.fail(f"no {what} in {BOUND} s:\n{self.output()}")
-        if fields is None:
-            self.queue.put(None)
-            pytest.fail(f"the workers' server ended before {what}:\n{self.output()}")
-        return self._take(fields)
-
-    def until(self, test: Callable[[dict[str, Any]], bool], what: str, timeout: float = BOUND) -> dict[str, Any]:
-        for fields in self.events:
-            if test(fields):
-                return fields
-        deadline = time.monotonic() + timeout
-        while True:
-            fields = self._next(deadline, what)
-            if test(fields):
-                return fields
-            if len(self.exited) == len(self.logs):
-                pytest.fail(f"the workers ended (exit {self.exited}) before {what}:\n{self.output()}")
-
-    def event(self, name: str, rank: int) -> dict[str, Any]:
-        return self.until(lambda f: f["event"] == name and f.get("rank") == rank and "worker" not in f,
-                          f"{name!r} of rank {rank}")
-
-    def each(self, name: str) -> list[dict[str, Any]]:
-        return [self.event(name, rank) for rank in range(len(self.logs))]
-
-    def poll(self) -> None:
-        """Take the events that came so far."""
-        while True:
-            try:
-                fields = self.queue.get_nowait()
-            except queue.Empty:
-                return
-            if fields is None:
-                self.queue.put(None)
-                return
-            self._take(fields)
-
-    def saving(self) -> bool:
-        """Whether a save had begun and not ended on some rank, as far as the events say."""
-        self.poll()
-        begun: dict[int, int] = {}
-        for f in self.events:
-            if f["event"] in ("save-begin", "save-end"):
-                begun[f["rank"]] = begun.get(f["rank"], 0) + (1 if f["event"] == "save-begin" else -1)
-        return any(begun.values())
-
-    def kill(self, ranks: list[int]) -> None:
-        for rank in ranks:
-            if rank < len(self.pids) and rank not in self.exited and alive(self.pids[rank]):
-                os.kill(self.pids[rank], signal.SIGKILL)
-
-    def ended(self, timeout: float = BOUND) -> dict[int, int]:
-        """Wait until every worker has ended; each one's exit status (-9: killed)."""
-        if not self.pids:
-            return self.exited  # never started (the server had ended)
-        deadline = time.monotonic() + timeout
-        while len(self.exited) < len(self.logs):
-            self._next(deadline, "the workers' end")
-        return self.exited
-
-    def output(self) -> str:
-        return "\n".join(f"--- rank {rank}:\n{log.read_text(errors='replace')[-3000:]}" for rank, log in
-                         enumerate(self.logs) if log.exists())
-
-
-class Workers:
-    """tests/_lightning_ranks.py serve: forks the workers of each run."""
-
-    def __init__(self, python: Path, folder: Path) -> None:
-        self.folder = folder
-        self.stderr = open(folder / "server.err", "w")
-        self.process = subprocess.Popen([str(python), str(RANKS), "serve"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-                                        env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.runs: list[Run] = []
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                fields = json.loads(line) if line.startswith("{") else None
-            except ValueError:
-                continue
-            if isinstance(fields, dict) and "event" in fields:
-                self.events.put(fields)
-        self.events.put(None)
-
-    def start(self, logs: Path, **options: Any) -> Run:
-        """Start both workers with ``options`` (the previous run must have ended)."""
-        assert not self.runs or len(self.runs[-1].exited) == 2, "the previous run is still going"
-        logs.mkdir(parents=True, exist_ok=True)
-        number = len(self.runs)
-        paths = [logs / f"run{number}-rank{rank}.log" for rank in range(2)]
-        run = Run(self.events, paths)
-        self.runs.append(run)
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"world": 2, "port": free_port(), "logs": [str(p) for p in paths],
-                                             "options": options}) + "\n")
-        self.process.stdin.flush()
-        run.until(lambda f: f["event"] == "started", "the workers' start")
-        return run
-
-    def close(self) -> None:
-        for run in self.runs:  # no worker outlives its test
-            if len(run.exited) < 2:
-                run.kill([0, 1])
-                run.ended()
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=BOUND)
-        finally:
-            if self.process.returncode is None:
-                self.process.kill()
-                self.process.wait()
-            self.stderr.close()
-        self.reader.join(BOUND)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        for run in self.runs:
-            assert not [pid for pid in run.pids if alive(pid)], "a worker outlived its test"
-
-
 @pytest.fixture(scope="module")
 def workers(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    server = Workers(torch_python, tmp_path_factory.mktemp("lightning-ranks"))
-    try:
+    """tests/_lightning_ranks.py's fork server (tests/_forkserver.py)."""
+    with Workers(torch_python, RANKS, tmp_path_factory.mktemp("lightning-ranks"), bound=BOUND) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
 def fresh(workers: Workers) -> Iterator[Workers]:
-    """The server, with every worker of the test killed at its end (a failed test leaves none)."""
-    yield workers
-    for run in workers.runs:
-        if len(run.exited) < 2:
-            run.kill([0, 1])
-            run.ended()
+    """The server; no worker of a run the test started outlives the test."""
+    with workers.owned():
+        yield workers
+
+
+finished = Run.finished  # every rank's "done", and every worker ended with 0
+
+
+def saving(run: Run) -> bool:
+    """Whether a save had begun and not ended on some rank, as far as the events say."""
+    begun: dict[int, int] = {}
+    for f in run.events:
+        if f["event"] in ("save-begin", "save-end"):
+            begun[f["rank"]] = begun.get(f["rank"], 0) + (1 if f["event"] == "save-begin" else -1)
+    return any(begun.values())
 
 
 def recorded(directory: Path) -> list[dict[str, Any]]:
-    status = directory / "training_status.json"
-    if not status.exists():
-        return []
-    with StatusStore(status) as store:
-        return list(store.get("lightning", "checkpoints") or [])
+    return _launch.recorded(directory / "training_status.json", "lightning")
 
 
 def newest(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The entry last_complete_checkpoint picks when all are whole: highest steps, then the later listed."""
     return max(enumerate(entries), key=lambda item: (item[1]["steps"], item[0]))[1] if entries else None
-
-
-def finished(run: Run) -> list[dict[str, Any]]:
-    done = run.each("done")
-    assert run.ended() == {0: 0, 1: 0}, run.output()
-    return done
 
 
 # -- DDP ------------------------------------------------------------------------------------------
@@ -247,7 +81,7 @@ def test_ddp_under_torchrun_resumes_both_ranks_from_one_decision(torch_python: P
     # with the process group made before last_complete_checkpoint: one decision, read by rank 0
     # alone, the same path on both ranks, and training goes on from it.
     directory = tmp_path / "ckpts"
-    finished(fresh.start(tmp_path / "logs", dir=str(directory), max_steps=6, every=2))
+    finished(fresh.start(dir=str(directory), max_steps=6, every=2))
     entries = recorded(directory)  # each .ckpt written by rank 0 alone: no world_size
     assert [(e["steps"], e["file_path"], "world_size" in e) for e in entries] == [
         (4, "epoch=0-step=4.ckpt", False), (6, "epoch=0-step=6.ckpt", False), (6, "last.ckpt", False)]
@@ -275,8 +109,8 @@ def test_ranks_that_decided_alone_are_checked_together_at_set_up(fresh: Workers,
     # Without a process group before fit (Lightning makes it inside), each rank reads alone;
     # TrainStatusCallback takes the decision again at set-up, rank 0 reading.
     directory = tmp_path / "ckpts"
-    finished(fresh.start(tmp_path / "logs", dir=str(directory), max_steps=4, every=2))
-    run = fresh.start(tmp_path / "logs", dir=str(directory), max_steps=6, every=2)
+    finished(fresh.start(dir=str(directory), max_steps=4, every=2))
+    run = fresh.start(dir=str(directory), max_steps=6, every=2)
     assert [(e["path"], e["reads"]) for e in run.each("resumed")] == [(str(directory / "last.ckpt"), 1)] * 2
     assert [(e["step"], e["reads"]) for e in run.each("ready")] == [(4, 2), (4, 1)]
     finished(run)
@@ -298,8 +132,8 @@ def test_a_rank_that_cannot_see_the_checkpoint_makes_every_rank_raise_the_same_e
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
     node0.mkdir()
     node1.mkdir()
-    finished(fresh.start(tmp_path / "logs", dir="ckpts", cwd=[str(node0), str(node0)], max_steps=4, every=2))
-    run = fresh.start(tmp_path / "logs", dir="ckpts", cwd=[str(node0), str(node1)], max_steps=6, every=2,
+    finished(fresh.start(dir="ckpts", cwd=[str(node0), str(node0)], max_steps=4, every=2))
+    run = fresh.start(dir="ckpts", cwd=[str(node0), str(node1)], max_steps=6, every=2,
                       init_first=init_first)
     if not init_first:  # each rank read its own folder alone
         assert [e["path"] for e in run.each("resumed")] == ["ckpts/last.ckpt", None]
@@ -309,7 +143,7 @@ def test_a_rank_that_cannot_see_the_checkpoint_makes_every_rank_raise_the_same_e
         (NOT_SHARED[0], NOT_SHARED[1].format(folder="ckpts" if init_first else node0 / "ckpts", host=HOST,
                                              missing=missing), [1])] * 2
     assert max(e["seconds"] for e in errors) < BOUND
-    run.ended()
+    run.exits()
     assert not [e for e in run.events if e["event"] == "ready"]  # neither rank trained
 
 
@@ -321,8 +155,8 @@ def test_a_rank_given_another_checkpoint_than_rank_0_makes_every_rank_raise_the_
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
     node0.mkdir()
     node1.mkdir()
-    finished(fresh.start(tmp_path / "logs", dir="ckpts", cwd=[str(node1), str(node1)], max_steps=4, every=2))
-    run = fresh.start(tmp_path / "logs", dir="ckpts", cwd=[str(node0), str(node1)], max_steps=6, every=2)
+    finished(fresh.start(dir="ckpts", cwd=[str(node1), str(node1)], max_steps=4, every=2))
+    run = fresh.start(dir="ckpts", cwd=[str(node0), str(node1)], max_steps=6, every=2)
     assert [e["path"] for e in run.each("resumed")] == [None, "ckpts/last.ckpt"]
     errors = run.each("error")
     assert [(e["type"], e["message"], e["ranks"]) for e in errors] == [(
@@ -331,7 +165,7 @@ def test_a_rank_given_another_checkpoint_than_rank_0_makes_every_rank_raise_the_
         f"last_complete_checkpoint() answered rank 1 on {HOST} with 'last.ckpt', having read another status file or "
         "folder. No rank resumes. Every rank must see the same checkpoint folder and status file (a shared filesystem "
         "mounted on every node): give every rank the same dirpath and status_path.", [1])] * 2
-    run.ended()
+    run.exits()
     assert not [e for e in run.events if e["event"] == "ready"]
 
 
@@ -347,7 +181,7 @@ def test_model_parallel_sharded_saves_are_recorded_and_resumed_on_both_ranks(fre
     # once both ranks' shards are durable, and ModelCheckpoint's top-k removal of an old folder goes
     # through the plugin (its entry dropped first).
     directory = tmp_path / "ckpts"
-    run = fresh.start(tmp_path / "logs", dir=str(directory), strategy="model_parallel", max_steps=6, every=2)
+    run = fresh.start(dir=str(directory), strategy="model_parallel", max_steps=6, every=2)
     finished(run)
     entries = recorded(directory)
     assert [(e["steps"], e["file_path"]) for e in entries] == [
@@ -357,7 +191,7 @@ def test_model_parallel_sharded_saves_are_recorded_and_resumed_on_both_ranks(fre
         assert entry["world_size"] == 2
         assert all((directory / name).stat().st_size == size for name, size in entry["files"].items())
     assert not (directory / "epoch=0-step=2.ckpt").exists()  # save_top_k=2 removed it, through the plugin
-    run = fresh.start(tmp_path / "logs", dir=str(directory), strategy="model_parallel", max_steps=8, every=2)
+    run = fresh.start(dir=str(directory), strategy="model_parallel", max_steps=8, every=2)
     assert [(e["path"], e["warnings"]) for e in run.each("resumed")] == [(str(directory / "last.ckpt"), [])] * 2
     assert [e["step"] for e in run.each("ready")] == [6, 6]  # Lightning loaded the folder on both ranks
     finished(run)
@@ -370,7 +204,7 @@ def test_a_sharded_save_is_recorded_only_once_the_slow_rank_has_written(fresh: W
     # rest 2 s later. Rank 0's save has returned long before: the record waits for rank 1, so it
     # lists rank 1's file whole, with its final size.
     directory = tmp_path / "ckpts"
-    finished(fresh.start(tmp_path / "logs", dir=str(directory), strategy="dcp_ddp", slow=1, max_steps=2, every=2))
+    finished(fresh.start(dir=str(directory), strategy="dcp_ddp", slow=1, max_steps=2, every=2))
     entries = recorded(directory)
     assert [(e["steps"], e["file_path"]) for e in entries] == [(2, "epoch=0-step=2.ckpt"), (2, "last.ckpt")]
     for entry in entries:
@@ -401,8 +235,8 @@ def test_strategies_whose_saves_cannot_be_recorded_are_refused_at_set_up(fresh: 
     # DeepSpeed (its class: the package is not installed), a strategy of the user's that overrides
     # save_checkpoint, and the callback without the plugin: each refused loudly at set-up, before
     # any training, never a run that records nothing.
-    run = fresh.start(tmp_path / "logs", dir=str(tmp_path / "ckpts"), refusals=[case for case, _ in REFUSED])
-    run.ended()
+    run = fresh.start(dir=str(tmp_path / "ckpts"), refusals=[case for case, _ in REFUSED])
+    run.exits()
     assert [(e["case"], e["type"], e["message"]) for e in run.events if e["event"] == "refused"] == [
         (case, "TrainingStatusTypeError", message) for case, message in REFUSED]
 
@@ -418,10 +252,10 @@ def test_sharded_saves_without_the_callback_are_named_at_the_next_resume(fresh: 
     # The plugin alone never sees a sharded save (the strategy does not call it): nothing is
     # recorded, and the next resume says why rather than starting over in silence.
     directory = tmp_path / "ckpts"
-    finished(fresh.start(tmp_path / "logs", dir=str(directory), strategy="model_parallel", max_steps=4, every=2,
+    finished(fresh.start(dir=str(directory), strategy="model_parallel", max_steps=4, every=2,
                          callback=False, top_k=-1))
     assert recorded(directory) == []
-    run = fresh.start(tmp_path / "logs", dir=str(directory), strategy="model_parallel", max_steps=4, every=2,
+    run = fresh.start(dir=str(directory), strategy="model_parallel", max_steps=4, every=2,
                       callback=False)
     resumed = run.each("resumed")
     assert [e["path"] for e in resumed] == [None, None]
@@ -449,14 +283,14 @@ def test_random_kills_of_one_rank_or_both_resume_both_from_the_last_recorded_che
     checks what ``ckpt_path="last"`` would load in the other folder. A surviving rank ends on its
     own (its collectives fail once its peer is gone)."""
     rng = random.Random(f"{seed}-{strategy}")
-    ours, theirs, logs = tmp_path / "ours", tmp_path / "theirs", tmp_path / "logs"
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     kills, own, why = 10, OwnResume(), []
     mid_save = resumes = 0
     victims_seen: dict[str, int] = {}
     last_recorded, expected = 0, None
     for kill in range(kills + 1):
         final = kill == kills
-        run = fresh.start(logs, dir=str(ours), theirs=str(theirs), strategy=strategy, every=2, top_k=2, width=256,
+        run = fresh.start(dir=str(ours), theirs=str(theirs), strategy=strategy, every=2, top_k=2, width=256,
                           seed=kill, timeout=60, max_steps=last_recorded + 4 if final else 10**6)
         resumed = run.each("resumed")
         path = None if expected is None else str(ours / expected["file_path"])
@@ -476,9 +310,9 @@ def test_random_kills_of_one_rank_or_both_resume_both_from_the_last_recorded_che
         time.sleep(rng.uniform(0.0, 1.5))  # a random moment: in a step or a save
         victims = rng.choice([[0], [1], [0, 1]])
         victims_seen[str(victims)] = victims_seen.get(str(victims), 0) + 1
-        mid_save += run.saving()
+        mid_save += saving(run)
         run.kill(victims)
-        codes = run.ended()
+        codes = run.exits()
         assert codes[victims[0]] == -signal.SIGKILL, codes  # (a second victim may have ended on its own first)
         entries = recorded(ours)
         assert all(files_intact(ours, e) for e in entries), entries  # never a listed file gone or torn
