@@ -26,8 +26,8 @@ rank 0 writes there, before our callback) and then until rank 0 recorded the fol
 (``recorded``: whether the folder was recorded meanwhile; ``written`` and ``size``: the bytes
 written so far and in all) and, with ``hold``, waits there to be killed; else it writes the rest.
 
-Each rank prints one JSON object a line, flushed, its event named with the rank (``resumed-1``):
-``started`` (pid, host), ``resumed`` (path, warnings, error; ``read``: the bytes the call read),
+Each rank prints one JSON object a line (tests/_forkserver.py ``say``), with ``rank``:
+``pid``, ``resumed`` (path, warnings, error; ``read``: the bytes the call read),
 ``theirs`` (path, ok, error),
 ``ready`` (step, at on_train_begin after our callback), ``stepped`` (the first step trained: the
 checkpoint's RNG state was loaded), ``window``, ``saved`` (step, after our callback's on_save),
@@ -40,21 +40,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
 import warnings
 from typing import Any
 
+from _forkserver import announce, say
+
 RANK = int(os.environ.get("RANK", "0"))
-
-
-def say(event: str, **fields: Any) -> None:
-    # One write of the whole line: both ranks share torchrun's stdout, and print's two writes
-    # (the text, then the newline) of two ranks interleave.
-    sys.stdout.flush()
-    os.write(1, (json.dumps({"event": f"{event}-{RANK}", "rank": RANK, **fields}) + "\n").encode())
 
 
 def described(exc: BaseException) -> dict[str, Any]:
@@ -96,7 +90,7 @@ def main() -> None:
     options = json.loads(sys.argv[1])
     if "cwd" in options:  # a relative dir: each node's own folder
         os.chdir(options["cwd"])
-    say("started", pid=os.getpid(), host=socket.gethostname())
+    announce()
     import torch
     from transformers import (
         PrinterCallback,
@@ -157,10 +151,10 @@ def main() -> None:
             try:
                 path = last_complete_checkpoint(directory, timeout=args.ddp_timeout)
             except Exception as exc:
-                say("resumed", path=None, warnings=ours(caught), **described(exc))
+                say(event="resumed", path=None, warnings=ours(caught), **described(exc))
                 finish()
             read = read_so_far() - before
-        say("resumed", path=path, warnings=ours(caught), error=None, read=read)
+        say(event="resumed", path=path, warnings=ours(caught), error=None, read=read)
 
     if options.get("theirs"):
         theirs = get_last_checkpoint(directory) if os.path.isdir(directory) else None
@@ -180,7 +174,7 @@ def main() -> None:
                     ok = True
                 except Exception as exc:
                     ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
-        say("theirs", path=theirs, ok=ok, error=error)
+        say(event="theirs", path=theirs, ok=ok, error=error)
 
     slow = options.get("slow")
     if slow is not None and RANK == slow["rank"]:
@@ -208,7 +202,7 @@ def main() -> None:
             wait_for(lambda: os.path.exists(arrived), 120)
             status = os.path.join(os.path.abspath(directory), "training_status.json")
             seen = wait_for(lambda: recorded(status, f"checkpoint-{step}"), 3.0)
-            say(f"window{step}", recorded=seen, written=half, size=len(data))
+            say(event=f"window{step}", recorded=seen, written=half, size=len(data))
             if slow.get("hold"):
                 time.sleep(600)  # killed here
             if out is None:
@@ -229,14 +223,14 @@ def main() -> None:
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.begun = state.global_step
-            say("ready", step=state.global_step)
+            say(event="ready", step=state.global_step)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.global_step == self.begun + 1:  # the resumed state loaded, RNG states among it
-                say("stepped", step=state.global_step)
+                say(event="stepped", step=state.global_step)
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            say("saved", step=state.global_step)
+            say(event="saved", step=state.global_step)
 
     run = trainer(args, [Arrived(), TrainStatusCallback(), Events()])
     ended: dict[str, Any] = {"error": None}
@@ -244,7 +238,7 @@ def main() -> None:
         run.train(resume_from_checkpoint=True if resume is True else None if resume == "fresh" else path)
     except Exception as exc:
         ended = described(exc)
-    say("done", step=run.state.global_step, **ended)
+    say(event="done", step=run.state.global_step, **ended)
     finish()
 
 

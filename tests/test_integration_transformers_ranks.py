@@ -3,8 +3,9 @@ CPU) launched by ``torchrun`` (``python -m torch.distributed.run``) and by ``acc
 2 ranks, each a process of tests/_transformers_ranks.py.
 
 ``torchrun`` starts each worker in a session of its own: killing the launcher leaves them running.
-Every run here is a ``Group``, whose workers are killed by pid (the ones it started, read from
-``/proc``), and the ``_no_process_left`` fixture checks that none outlives its test.
+Every run here is a ``Launch`` (tests/_launch.py), whose workers are killed by pid (the ones the
+launcher started, read from ``/proc``, and those that said their pid), and the
+``_no_process_left`` fixture checks that none outlives its test.
 
 The random-kill test measures, on the same kills, how often Transformers' own resume
 (``get_last_checkpoint``, the loads ``train`` makes of it on every rank) fails and prints both
@@ -18,7 +19,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,8 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _launch
 import pytest
-from _trainer_child import ChildTrainer, OwnResume
+from _launch import Launch, free_port, leftovers
+from _trainer_child import OwnResume
 
 from trainstatus import CheckpointList, StatusStore
 
@@ -39,130 +41,50 @@ RANKS = Path(__file__).resolve().parent / "_transformers_ranks.py"
 ENV = {"HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
 RNG_FILES = {"rng_state_0.pth", "rng_state_1.pth"}
 
-_GROUPS: list[Group] = []
+BOUND = 300.0  # seconds: every wait of a launch (a run's end on two busy cores among them)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    """Is ``pid`` a process of these runs (not a process that took a reused pid)?"""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            command = f.read()
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z" and (RANKS.name.encode() in command or b"torch.distributed.run" in command
-                              or b"accelerate" in command)
-
-
-class Group(ChildTrainer):
-    """One launch of tests/_transformers_ranks.py: the launcher and its 2 workers.
+def ranks(python: Path, where: Path, launcher: Any = "torchrun", **options: Any) -> Launch:
+    """One launch of tests/_transformers_ranks.py: the launcher and its 2 workers, its stderr in ``where``.
 
     ``launcher``: ``"torchrun"`` (``--standalone``, 2 processes), ``"accelerate"`` (``accelerate
     launch --multi_gpu --num_processes 2``: on a machine without GPUs its torch launcher, the
     Trainer on the CPU), or ``("node", k, port, prefix)``: node ``k`` of a 2-node ``torchrun``
     (1 process each) started with ``prefix`` (a mount namespace of its own, for node-local folders).
     """
+    run = [str(python), "-m", "torch.distributed.run"]
+    if launcher == "torchrun":
+        argv = [*run, "--standalone", "--nproc_per_node=2", str(RANKS), json.dumps(options)]
+    elif launcher == "accelerate":
+        argv = [str(python.parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", str(free_port()), str(RANKS), json.dumps(options)]
+    else:
+        _, node, port, prefix = launcher
+        argv = [*prefix, *run, "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+                f"--master_port={port}", str(RANKS), json.dumps(options)]
+    return Launch(argv, where / f"ranks-{time.monotonic_ns()}.err", env=ENV, stdin=subprocess.DEVNULL, bound=BOUND)
 
-    script = RANKS
 
-    def __init__(self, python: Path, launcher: Any = "torchrun", **options: Any) -> None:
-        self.launcher = launcher
-        self.pids: set[int] = set()
-        super().__init__(python, env=ENV, **options)
-        _GROUPS.append(self)
-
-    def command(self, python: Path, options: str) -> list[str]:
-        run = [str(python), "-m", "torch.distributed.run"]
-        if self.launcher == "torchrun":
-            return [*run, "--standalone", "--nproc_per_node=2", str(RANKS), options]
-        if self.launcher == "accelerate":
-            return [str(python.parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-                    "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                    "--main_process_port", str(free_port()), str(RANKS), options]
-        _, node, port, prefix = self.launcher
-        return [*prefix, *run, "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
-                "--master_addr=127.0.0.1", f"--master_port={port}", str(RANKS), options]
-
-    def each(self, event: str, ranks: tuple[int, ...] = (0, 1), timeout: float = 120.0) -> list[dict[str, Any]]:
-        """``event`` of each rank, in rank order."""
-        return [self.until(f"{event}-{rank}", timeout) for rank in ranks]
-
-    def _workers(self) -> set[int]:
-        """The launcher's children now, and every worker that said it started."""
-        found = {e["pid"] for name, e in self.events.items() if name.startswith("started-")}
-        for task in Path(f"/proc/{self.process.pid}/task").glob("*"):
-            try:
-                found.update(int(pid) for pid in (task / "children").read_text().split())
-            except OSError:
-                pass
-        self.pids |= found
-        return found
-
-    def kill(self) -> None:
-        """SIGKILL the whole group: every worker by pid, then the launcher."""
-        for pid in self._workers():
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        super().kill()
-        self.reap()
-
-    def kill_rank(self, rank: int) -> None:
-        """SIGKILL one worker; the launcher stops the other and exits (then anything left is killed)."""
-        self._workers()
-        os.kill(self.until(f"started-{rank}")["pid"], signal.SIGKILL)
-        try:
-            self.process.wait(timeout=120)
-        finally:
-            self.kill()
-
-    def reap(self) -> None:
-        """Wait until no process of this group is left (they are not our children: poll)."""
-        deadline = time.monotonic() + 60
-        while any(_alive(pid) for pid in self.pids):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"processes {sorted(p for p in self.pids if _alive(p))} outlived their kill")
-            time.sleep(0.05)
-
-    def finish_all(self, ranks: tuple[int, ...] = (0, 1)) -> list[dict[str, Any]]:
-        """Wait for every rank's ``done`` and the launcher's exit 0."""
-        try:
-            done = self.each("done", ranks, timeout=300)
-            assert self.process.wait(timeout=120) == 0
-            self._workers()
-        finally:
-            self.kill()
-        return done
+def kill_rank(launch: Launch, rank: int) -> None:
+    """SIGKILL one worker; the launcher stops the other and exits."""
+    launch.kill([rank])
+    launch.ended()
 
 
 @pytest.fixture(autouse=True)
-def _no_process_left(request: pytest.FixtureRequest) -> Iterator[None]:
+def _no_process_left(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
     """Kill what a test left running (a failed test leaves its runs), and fail a test that passed
-    with runs left: no process outlives its test."""
+    with runs left: no process outlives its test. (Every launch's options name a folder of the
+    test's tmp_path: its processes' command lines hold it.)"""
     failed = request.session.testsfailed
     yield
-    left = []
-    while _GROUPS:
-        group = _GROUPS.pop()
-        running = group.process.poll() is None or any(_alive(p) for p in group._workers())
-        group.kill()
-        if running:
-            left.append(group.process.args)
-    assert not left or request.session.testsfailed > failed, f"runs left running after the test: {left}"
+    left = leftovers(str(tmp_path))
+    assert not left or request.session.testsfailed > failed, f"processes {left} outlived the test"
 
 
 def entries(directory: Path) -> list[dict[str, Any]]:
-    status = directory / "training_status.json"
-    if not status.exists():
-        return []
-    with StatusStore(status) as store:
-        return list(store.get("transformers", "checkpoints") or [])
+    return _launch.recorded(directory / "training_status.json", "transformers")
 
 
 def steps(directory: Path) -> list[int]:
@@ -194,29 +116,29 @@ def test_a_rank_whose_file_is_late_holds_the_record_back(torch_python: Path, tmp
         return {"rank": 1, "at": at, "markers": str(markers), "hold": hold}
 
     # 1. The whole group SIGKILLed in that window at checkpoint-4, rank 1's file half written.
-    group = Group(torch_python, dir=str(directory), max_steps=6, slow=held(1, {"4": "half"}, True))
-    window = group.until("window4-1")
-    group.kill()
+    group = ranks(torch_python, tmp_path, dir=str(directory), max_steps=6, slow=held(1, {"4": "half"}, True))
+    window = group.event("window4", 1)
+    group.close()
     assert (window["recorded"], window["written"]) == (False, window["size"] // 2)  # rank 0 waited for it
     assert steps(directory) == [2]
     # 2. The resume: both ranks from checkpoint-2; both load it and train (rank 1 its RNG state).
     #    Killed again in the window of checkpoint-4, rank 1's file not yet written.
-    group = Group(torch_python, dir=str(directory), max_steps=6, slow=held(2, {"4": "sleep"}, True))
+    group = ranks(torch_python, tmp_path, dir=str(directory), max_steps=6, slow=held(2, {"4": "sleep"}, True))
     assert [e["path"] for e in group.each("resumed")] == [str(directory / "checkpoint-2")] * 2
     assert [e["step"] for e in group.each("stepped")] == [3, 3]
-    window = group.until("window4-1")
-    group.kill()
+    window = group.event("window4", 1)
+    group.close()
     assert (window["recorded"], window["written"]) == (False, 0)
     assert steps(directory) == [2]
     # 3. The same windows at checkpoint-4 and checkpoint-6 without a kill, under accelerate launch
     #    (the record waits there too): each is recorded once rank 1's file is whole, so a finished
     #    checkpoint is never refused for a size taken while a rank was still writing.
-    group = Group(torch_python, "accelerate", dir=str(directory), max_steps=6,
+    group = ranks(torch_python, tmp_path, "accelerate", dir=str(directory), max_steps=6,
                   slow=held(3, {"4": "half", "6": "sleep"}, False))
     assert [e["path"] for e in group.each("resumed")] == [str(directory / "checkpoint-2")] * 2
-    windows = [group.until("window4-1"), group.until("window6-1")]
+    windows = [group.event("window4", 1), group.event("window6", 1)]
     assert [e["recorded"] for e in windows] == [False, False]
-    assert [(e["step"], e["error"]) for e in group.finish_all()] == [(6, None), (6, None)]
+    assert [(e["step"], e["error"]) for e in group.finished()] == [(6, None), (6, None)]
     assert steps(directory) == [2, 4, 6]
     for entry, window in zip(entries(directory)[1:], windows):
         folder = entry["file_path"]
@@ -252,7 +174,7 @@ def test_random_kills_of_one_rank_or_the_whole_group(torch_python: Path, tmp_pat
     last_recorded = 0
     for kill in range(kills + 1):
         resume = rng.choice(["call", True]) if last_recorded else "call"
-        group = Group(torch_python, dir=str(directory), theirs=True, every=2, limit=2, width=1024, seed=kill,
+        group = ranks(torch_python, tmp_path, dir=str(directory), theirs=True, every=2, limit=2, width=1024, seed=kill,
                       resume=resume, max_steps=10**6 if kill < kills else last_recorded + 4)
         expected = str(directory / f"checkpoint-{last_recorded}") if last_recorded else None
         if resume == "call":
@@ -276,9 +198,9 @@ def test_random_kills_of_one_rank_or_the_whole_group(torch_python: Path, tmp_pat
         time.sleep(rng.uniform(0.0, 1.5))  # a random moment: in a step or a save
         if rng.random() < 0.5:
             one_rank += 1
-            group.kill_rank(rng.choice([0, 1]))
+            kill_rank(group, rng.choice([0, 1]))
         else:
-            group.kill()
+            group.close()
         found = entries(directory)
         newest = max((e["steps"] for e in found), default=0)
         mid_save += any(int(p.name.split("-")[1]) > newest for p in directory.glob("checkpoint-*"))
@@ -289,7 +211,7 @@ def test_random_kills_of_one_rank_or_the_whole_group(torch_python: Path, tmp_pat
         assert all(RNG_FILES <= {p.split("/")[1] for p in e["files"]} for e in found)
         assert newest >= last_recorded
         last_recorded = newest
-    done = group.finish_all()
+    done = group.finished()
     assert [(e["step"], e["error"]) for e in done] == [(last_recorded + 4, None)] * 2
     assert steps(directory)[-1] == last_recorded + 4
     print(f"\nTransformers integration under torchrun, 2 ranks: {kills} SIGKILLs at random moments ({one_rank} of "
@@ -321,7 +243,7 @@ def test_node_local_output_folders_make_every_rank_raise_the_same_error(torch_py
     isolated = _namespaces()
     local = homes if isolated else [home / "out" for home in homes]  # each node's output folder
 
-    def launch(**options: Any) -> list[Group]:
+    def launch(**options: Any) -> list[Launch]:
         port = free_port()
         groups = []
         for k in (0, 1):
@@ -329,9 +251,10 @@ def test_node_local_output_folders_make_every_rank_raise_the_same_error(torch_py
                 prefix = ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c",
                           'hostname "$0" && mount --bind "$1" "$2" && shift 2 && exec "$@"',
                           f"node-{k}", str(homes[k]), str(out)]
-                groups.append(Group(torch_python, ("node", k, port, prefix), dir=str(out), **options))
+                groups.append(ranks(torch_python, tmp_path, ("node", k, port, prefix), dir=str(out), **options))
             else:
-                groups.append(Group(torch_python, ("node", k, port, []), cwd=str(homes[k]), dir="out", **options))
+                groups.append(ranks(torch_python, tmp_path, ("node", k, port, []), cwd=str(homes[k]), dir="out",
+                                    **options))
         return groups
 
     def same_error(events: list[dict[str, Any]]) -> str:
@@ -344,9 +267,9 @@ def test_node_local_output_folders_make_every_rank_raise_the_same_error(torch_py
     # 1. A fresh run: the first save cannot be recorded (rank 0 does not see rank 1's RNG state):
     #    every rank raises, nothing is recorded.
     groups = launch(max_steps=4)
-    done = [groups[k].until(f"done-{k}") for k in (0, 1)]
+    done = [groups[k].event("done", k) for k in (0, 1)]
     for group in groups:
-        group.kill()
+        group.close()
     message = same_error(done)
     if isolated:
         assert message == (
@@ -362,9 +285,9 @@ def test_node_local_output_folders_make_every_rank_raise_the_same_error(torch_py
         entry = CheckpointList(store, "transformers", root=local[0]).add(2, "checkpoint-2")
     assert sorted(os.listdir(local[1] / "checkpoint-2")) == ["rng_state_1.pth"]
     groups = launch(max_steps=4)
-    resumed = [groups[k].until(f"resumed-{k}") for k in (0, 1)]
+    resumed = [groups[k].event("resumed", k) for k in (0, 1)]
     for group in groups:
-        group.kill()
+        group.close()
     message = same_error(resumed)
     first = next(iter(entry["files"]))
     if isolated:
