@@ -5,25 +5,23 @@ own: never another Ray on the machine) and serves the test's requests. Every pro
 (the driver, Ray's GCS and raylet, the controller and worker actors) carries one environment variable
 with a value no other process has (``MARKER``): ``processes()`` finds them all in ``/proc`` whatever
 their parents, ``kill_everything()`` SIGKILLs them (the test's "driver and every Ray process killed"),
-and the module's teardown checks that none outlives it.
+and the module's teardown checks that none outlives it (tests/_launch.py's ``holding`` and
+``leftovers``, by the environment).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _launch import Launch, holding, leftovers
 
 DRIVER = Path(__file__).resolve().parent / "_ray_trainer.py"
 MARKER = "TRAINSTATUS_RAY_TEST"
@@ -42,57 +40,48 @@ SETTINGS = {
 
 
 class Cluster:
-    """One driver (and the cluster it started) at a time; ``start()`` again after ``kill_everything()``."""
+    """One driver (and the cluster it started) at a time; ``start()`` again after ``kill_everything()``.
+    The driver is a ``Launch`` of tests/_launch.py (its answers read as they come, bounded waits);
+    the cluster's processes are found, and killed, by the marker in their environment."""
 
     def __init__(self, python: Path, env: dict[str, str]) -> None:
         self.python = python
         self.marker = uuid.uuid4().hex
+        self.needle = f"{MARKER}={self.marker}\0"  # in /proc/<pid>/environ of every process of the cluster
         # Short: Ray's socket paths under it must stay below the 107 characters of a unix socket.
         self.temp_dir = tempfile.mkdtemp(prefix="tsray-")
         # RAY_TMPDIR: Ray Train's lock files (TempFileLock) go to $RAY_TMPDIR/_ray_lockfiles, else
         # /tmp/_ray_lockfiles, a folder the first user to run Ray on the machine owns: another user's
         # run then fails on it (PermissionError). The cluster's own folder instead.
-        self.env = {**os.environ, **SETTINGS, **env, MARKER: self.marker, "RAY_TMPDIR": self.temp_dir}
-        self.process: subprocess.Popen[str] | None = None
-        self.answers: queue.Queue[str] = queue.Queue()
+        self.env = {**SETTINGS, **env, MARKER: self.marker, "RAY_TMPDIR": self.temp_dir}
+        self.driver: Launch | None = None
+        self.answered = 0  # the driver's lines taken so far: the next answer is the one after them
         self.starts = 0
+
+    @property
+    def process(self) -> subprocess.Popen[str] | None:
+        return None if self.driver is None else self.driver.process
 
     def start(self, timeout: float = 300) -> None:
         self.starts += 1
-        self.stderr = open(os.path.join(self.temp_dir, f"driver-{self.starts}.err"), "w+")
-        self.process = subprocess.Popen(
-            [str(self.python), str(DRIVER), json.dumps({"temp_dir": self.temp_dir})],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=self.env,
-            start_new_session=True,
-        )
-        self.answers = queue.Queue()
-        self.reader = threading.Thread(target=self._read, args=(self.process, self.answers), daemon=True)
-        self.reader.start()
+        self.log = Path(self.temp_dir) / f"driver-{self.starts}.err"
+        # A session of its own: the cluster is killed by pid, never by a signal to the test's group.
+        self.driver = Launch([str(self.python), str(DRIVER), json.dumps({"temp_dir": self.temp_dir})], self.log,
+                             env=self.env, bound=600, session=True)
+        self.answered = 0
         self._next("ready", timeout)
 
-    def _read(self, process: subprocess.Popen[str], answers: queue.Queue[str]) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith('{"event"'):
-                answers.put(line)
-        answers.put("")
-
     def _next(self, event: str, timeout: float) -> dict[str, Any]:
-        try:
-            line = self.answers.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"the Ray driver gave no {event!r} line in {timeout} s:\n{self.tail()}")
-        if not line:
-            pytest.fail(f"the Ray driver ended before its {event!r} line:\n{self.tail()}")
-        fields: dict[str, Any] = json.loads(line)
+        assert self.driver is not None
+        fields = self.driver.until(lambda f: True, f"the Ray driver's {event!r} line", timeout, since=self.answered)
+        self.answered += 1
         assert fields["event"] == event, fields
         assert "failed" not in fields, fields["failed"]
         return fields
 
     def send(self, **request: Any) -> None:
-        assert self.process is not None and self.process.stdin is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
+        assert self.driver is not None
+        self.driver.send(request)
 
     def ask(self, timeout: float = 600, **request: Any) -> dict[str, Any]:
         """Send ``request`` and wait for its answer."""
@@ -101,43 +90,18 @@ class Cluster:
 
     def tail(self) -> str:
         """The end of the driver's stderr (Ray's own lines), for a failure's message."""
-        with open(self.stderr.name) as f:
-            return f.read()[-5000:]
+        return self.log.read_text(errors="replace")[-5000:]
 
     def processes(self) -> list[int]:
         """Every live process of this cluster (zombies have no environment left to read)."""
-        needle = f"{MARKER}={self.marker}\0".encode()
-        found = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open(f"/proc/{name}/environ", "rb") as f:
-                        if needle in f.read():
-                            found.append(int(name))
-                except OSError:  # gone meanwhile
-                    pass
-        return found
+        return holding(self.needle, environ=True)
 
     def kill_everything(self, timeout: float = 60) -> int:
         """SIGKILL the driver and every process of its cluster, until none is left; how many."""
-        killed: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while pids := self.processes():
-            assert time.monotonic() < deadline, f"processes of the test's Ray cluster still alive: {pids}"
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.add(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
-        if self.process is not None:
-            self.process.wait(timeout=timeout)
-            self.reader.join(timeout)
-            for stream in (self.process.stdin, self.process.stdout, self.stderr):
-                if stream is not None:
-                    stream.close()
-            self.process = None
+        killed = leftovers(self.needle, environ=True, timeout=timeout)
+        if self.driver is not None:
+            self.driver.close()  # nothing left to kill: the driver reaped, its pipes closed
+            self.driver = None
         return len(killed)
 
     def close(self) -> list[int]:
