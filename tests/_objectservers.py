@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import filelock
+from _launch import free_port
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0
@@ -52,12 +53,6 @@ AZURITE_DIR = ROOT / ".azurite"
 # Azurite's well-known development account (documented by Microsoft; not a secret).
 AZURE_ACCOUNT = "devstoreaccount1"
 AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

@@ -407,7 +407,8 @@ def test_a_missing_bucket_is_an_error_naming_it_and_how_to_create_it(bucket: Any
 
 def dead_endpoint(scheme: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """storage_options naming a loopback port nobody listens on, the SDK's retries cut short."""
-    from _objectservers import AZURE_ACCOUNT, AZURE_KEY, free_port
+    from _launch import free_port
+    from _objectservers import AZURE_ACCOUNT, AZURE_KEY
 
     from trainstatus._remote import azure as _azure, gcs as _gcs
 
