@@ -237,3 +237,15 @@ def publish(report: dict[str, Any], json_path: str, rendered: Callable[[dict[str
     print()
     print(f"JSON: {json_path}")
     print(f"plot: {plot_names(report['plot'])}")
+
+
+def prefill(store: Any) -> None:
+    """A small status document, as a trainer has it (about 1 KB), in one transaction of ``store``."""
+    with store.transaction():
+        store.set("wall_height", "lesson_num", 3)
+        store.set("SoccerTwos?team=0", "elo", 1234.5)
+        store.set("Walker", "checkpoints", [
+            {"steps": 500_000 * i, "file_path": f"results/run1/Walker/Walker-{500_000 * i}.onnx",
+             "reward": 100.0 + i, "creation_time": 1764665000.0 + 600 * i,
+             "auxillary_file_paths": [f"results/run1/Walker/Walker-{500_000 * i}.pt"]} for i in range(1, 3)
+        ])

@@ -48,15 +48,8 @@ TIMEOUT = 120.0
 
 
 def prefill(path: str) -> None:
-    """A small status document, as a trainer has it (about 1 KB)."""
-    with StatusStore(path) as store, store.transaction():
-        store.set("wall_height", "lesson_num", 3)
-        store.set("SoccerTwos?team=0", "elo", 1234.5)
-        store.set("Walker", "checkpoints", [
-            {"steps": 500_000 * i, "file_path": f"results/run1/Walker/Walker-{500_000 * i}.onnx",
-             "reward": 100.0 + i, "creation_time": 1764665000.0 + 600 * i,
-             "auxillary_file_paths": [f"results/run1/Walker/Walker-{500_000 * i}.pt"]} for i in range(1, 3)
-        ])
+    with StatusStore(path) as store:
+        _common.prefill(store)
 
 
 class CountingWrites:

@@ -55,15 +55,8 @@ START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else 
 
 
 def prefill(url: str, options: dict[str, Any]) -> None:
-    """A small status document, as a trainer has it (about 1 KB)."""
-    with StatusStore(url, storage_options=options) as store, store.transaction():  # type: ignore[call-arg]
-        store.set("wall_height", "lesson_num", 3)
-        store.set("SoccerTwos?team=0", "elo", 1234.5)
-        store.set("Walker", "checkpoints", [
-            {"steps": 500_000 * i, "file_path": f"results/run1/Walker/Walker-{500_000 * i}.onnx",
-             "reward": 100.0 + i, "creation_time": 1764665000.0 + 600 * i,
-             "auxillary_file_paths": [f"results/run1/Walker/Walker-{500_000 * i}.pt"]} for i in range(1, 3)
-        ])
+    with StatusStore(url, storage_options=options) as store:  # type: ignore[call-arg]
+        _common.prefill(store)
 
 
 def writer(url: str, options: dict[str, Any], key: str, duration: float, bare: bool, barrier: Any, queue: Any) -> None:

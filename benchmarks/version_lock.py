@@ -43,17 +43,6 @@ NAME = "version_lock"
 VARIANTS = ("set", "set-unlocked", "fast", "fast-unlocked", "floor", "check")
 
 
-def prefill(store: StatusStore) -> None:
-    with store.transaction():
-        store.set("wall_height", "lesson_num", 3)
-        store.set("SoccerTwos?team=0", "elo", 1234.5)
-        store.set("Walker", "checkpoints", [
-            {"steps": 500_000 * i, "file_path": f"results/run1/Walker/Walker-{500_000 * i}.onnx",
-             "reward": 100.0 + i, "creation_time": 1764665000.0 + 600 * i,
-             "auxillary_file_paths": [f"results/run1/Walker/Walker-{500_000 * i}.pt"]} for i in range(1, 4)
-        ])
-
-
 def floor_write(path: str, data: bytes) -> None:
     directory = os.path.dirname(path)
     temp = os.path.join(directory, ".floor.tmp")
@@ -97,7 +86,7 @@ def run(directory: str, rounds: int, calls: int) -> dict[str, Any]:
     durable = StatusStore(os.path.join(directory, "durable", "status.json"))
     fast = StatusStore(os.path.join(directory, "fast", "status.json"), durable=False)
     for store in (durable, fast):
-        prefill(store)
+        _common.prefill(store)
     floor_path = os.path.join(directory, "floor", "status.json")
     os.makedirs(os.path.dirname(floor_path))
     data = open(durable.path, "rb").read()
