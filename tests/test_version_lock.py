@@ -9,6 +9,7 @@ once; and a torture of many writers with the lock file deleted and recreated at 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import queue
@@ -452,7 +453,7 @@ def _torture(tmp_path: Path, seed: int, *, writers: int, seconds: float, durable
 @pytest.mark.parametrize("lock", ["flock", "soft"])
 def test_writers_lose_nothing_while_the_lock_file_comes_and_goes(tmp_path: Path, seed: int, lock: str) -> None:
     figures = _torture(tmp_path, seed, writers=3, seconds=2.0, durable=False, lock=lock)
-    assert figures["removed"] > 50 and figures["calls"] > 300  # the torture did happen
+    assert figures["removed"] > 50 and figures["calls"] > 100  # the torture did happen
 
 
 @pytest.mark.long
@@ -504,3 +505,172 @@ def test_a_child_forked_before_the_write_does_not_keep_a_killed_writer_version_l
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+# -- what the review of the first version found ------------------------------------------------------
+
+
+def test_the_status_file_and_its_lock_file_deleted_together_lose_no_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rm run_logs/training_status.json*`` while we write: another writer makes the file anew (no
+    version to wait for) and returns; our rename must not replace its file: we read it and write
+    again. (The other writer's memory, and so its file, holds what it last saw of ours: k=1.)"""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False)
+    store.set("c", "k", 0)
+    other = _other(path)
+    store.set("c", "k", 1)
+    # It reads k=1, another writer's change, and so removes leftovers now: not again for a second
+    # (which would remove our temp file below and make us write again for that reason alone).
+    _tell(other, "set y 1")
+    assert _line(other, TIMEOUT) == "done"
+    said: list[str | None] = []
+
+    def meanwhile() -> None:
+        os.unlink(path)
+        os.unlink(f"{path}.lock")
+        _tell(other, "set x 5")
+        said.append(_line(other, TIMEOUT))
+
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        store.set("c", "k", 2)
+    assert said == ["done"]
+    assert _on_disk(path)["other"] == {"warm": 1, "y": 1, "x": 5} and _on_disk(path)["c"] == {"k": 2}
+
+
+def test_lock_timeout_bounds_the_wait_for_the_lock_and_the_version_together(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False, lock_timeout=1.0)
+    store.set("c", "n", 0)
+    other = _other(path)
+    _tell(other, "hold")  # holds the lock file and the version
+    assert _line(other, TIMEOUT) == "holding"
+    os.unlink(f"{path}.lock")
+    import fcntl
+
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # somebody holds the new lock file for 0.8 s
+    threading.Timer(0.8, lambda: os.close(fd)).start()
+    start = time.monotonic()
+    with pytest.raises(TrainingStatusLockTimeout) as info:
+        store.set("c", "mine", 1)
+    took = time.monotonic() - start
+    assert str(info.value).startswith(f"Could not lock {path} within 1.0 s: another writer holds its current version")
+    assert took < 1.0 + 0.25, f"lock_timeout=1.0, but the call took {took:.2f} s"  # was 1.8 s: a new wait for the version
+    _tell(other, "")
+    assert _line(other, TIMEOUT) == "done"
+
+
+def test_a_local_write_that_lost_to_another_writer_is_not_told_it_lost_a_conditional_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our temp file removed by a writer in through a new lock file, past our lock_timeout: we
+    write again at once (the object stores' pause and "conditional write" error are not ours)."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False, lock_timeout=0.5)
+    store.set("c", "k", 1)
+
+    def meanwhile() -> None:
+        os.unlink(f"{path}.lock")
+        process = subprocess.Popen([sys.executable, "-c", _FRESH, str(path)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        _spawned.append(process)
+        assert _line(process, TIMEOUT) == "opened"  # our temp file is gone
+        time.sleep(0.6)
+
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        store.set("c", "k", 2)
+    assert _on_disk(path)["c"] == {"k": 2}
+
+
+def test_a_history_version_put_back_at_open_gives_way_to_a_file_another_writer_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming with the status file gone: the newest version of its history is put back, but
+    another writer (in through a new lock file) makes the file meanwhile. Its file is read, as is,
+    with no error (a raw internal Conflict escaped before)."""
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False, history=3)
+    for i in range(3):
+        store.set("c", "k", i)
+    store.close()
+    os.unlink(path)
+
+    def meanwhile() -> None:
+        os.unlink(f"{path}.lock")
+        made = subprocess.run([sys.executable, "-c", "import sys; from trainstatus import StatusStore; "
+                               "StatusStore(sys.argv[1], durable=False).set('other', 'k', 1)", str(path)],
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert made.returncode == 0, made.stderr
+
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        resumed = StatusStore(path, durable=False, history=3, resume=True)
+    assert resumed.get("other", "k") == 1 and resumed.get("c", "k") is None
+    assert _on_disk(path)["other"] == {"k": 1}
+
+
+def test_trainstatus_restore_writes_again_over_a_file_another_writer_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainstatus._cli.main import main
+
+    path = tmp_path / "status.json"
+    store = StatusStore(path, durable=False, history=3)
+    for i in range(3):
+        store.set("c", "k", i)
+    store.close()
+    os.unlink(path)
+
+    def meanwhile() -> None:
+        os.unlink(f"{path}.lock")
+        made = subprocess.run([sys.executable, "-c", "import sys; from trainstatus import StatusStore; "
+                               "StatusStore(sys.argv[1], durable=False).set('other', 'k', 1)", str(path)],
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert made.returncode == 0, made.stderr
+
+    with _at_write(monkeypatch, "write_all", meanwhile):
+        assert main(["restore", str(path), "1"]) == 0
+    assert capsys.readouterr().out.startswith(f"restored {path} to version 1 ")
+    assert _on_disk(path)["c"] == {"k": 0} and "other" not in _on_disk(path)  # what restore promises
+
+
+def test_two_names_of_one_file_in_one_thread_do_not_wait_for_each_other(tmp_path: Path) -> None:
+    """Hard-linked names have lock files of their own (and always had): a store on each, one
+    writing inside the other's transaction, must not wait for the version the other holds."""
+    a_path, b_path = tmp_path / "a.json", tmp_path / "b.json"
+    a = StatusStore(a_path, lock_timeout=2)
+    a.set("c", "k", 1)
+    os.link(a_path, b_path)
+    b = StatusStore(b_path, lock_timeout=2)
+    with a.transaction():
+        a.get("c", "k")
+        b.set("c", "j", 2)  # waited for a's version until lock_timeout before
+    assert _on_disk(b_path)["c"]["j"] == 2
+
+
+def test_versions_are_locked_only_on_local_filesystems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NFS makes flock a byte-range lock on the server, which refuses an exclusive lock on a file
+    open read-only (EBADF): on a filesystem not known to be local, versions are not locked, and
+    every write works as before the version locks (the lock file, or the lease, is all there is)."""
+    import fcntl
+
+    from trainstatus._lock import fair as _fair, version as _version
+
+    real = fcntl.flock
+
+    def nfs_flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_EX and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        real(fd, operation)
+
+    monkeypatch.setattr(_version.fcntl, "flock", nfs_flock)
+    monkeypatch.setattr(_fair, "_local_devices", {os.stat(tmp_path).st_dev: False})
+    for lock in ("flock", "soft"):
+        store = StatusStore(tmp_path / lock / "status.json", durable=False, lock=lock)
+        for i in range(3):
+            store.set("c", "k", i)
+        with store.transaction():
+            store.set("c", "j", store.get("c", "k"))
+        assert _on_disk(tmp_path / lock / "status.json")["c"] == {"k": 2, "j": 2}
+    # And where flock itself says so (EBADF), on a filesystem taken for local, the same.
+    monkeypatch.setattr(_fair, "_local_devices", {})
+    store = StatusStore(tmp_path / "refused" / "status.json", durable=False)
+    store.set("c", "k", 1)
+    store.set("c", "k", 2)
+    assert _on_disk(tmp_path / "refused" / "status.json")["c"] == {"k": 2}

@@ -64,14 +64,19 @@ class _Conflicts(_Opening):
                 self._storage.cleanup()
 
     def _after_conflict(self, backoff: float) -> float:
-        """Wait, then read the version that won; ``_StaleRead`` if it changed what the body read."""
-        try:
-            backoff = self._pause(backoff, "conflict")
-        except TrainingStatusConflictError:
-            # Out of time: still show what won (other writers' values), as a write that lost does.
-            with contextlib.suppress(TrainingStatusReadError):
-                self._sync(ask=False)
-            raise
+        """Wait, then read the version that won; ``_StaleRead`` if it changed what the body read.
+
+        A local file's write loses only to a writer that got in through a lock file deleted by hand
+        (``_lock.version``): it read again at once, with no pause, as the other writer is done with
+        the version it made (or waits for ours)."""
+        if self._storage.conditional:
+            try:
+                backoff = self._pause(backoff, "conflict")
+            except TrainingStatusConflictError:
+                # Out of time: still show what won (other writers' values), as a write that lost does.
+                with contextlib.suppress(TrainingStatusReadError):
+                    self._sync(ask=False)
+                raise
         seen_doc, seen_meta = self._doc, self._meta
         self._sync(ask=False)
         stale = self._stale_read(seen_doc, seen_meta)

@@ -150,7 +150,9 @@ class TrainingStatusConflictError(TrainingStatusError, TimeoutError):
 
     Raised when a conditional write lost to other writers until ``lock_timeout`` ran out, or when a
     transaction's body read a key (``category``/``key``) that another writer changed before the
-    transaction could be written. Nothing of the call was written.
+    transaction could be written. Nothing of the call was written. On a local file only in that
+    second case, and only for a transaction that began with no file, when a writer that got in
+    through a lock file deleted by hand made the file meanwhile.
     """
 
     def __init__(self, message: str, **context: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from ._storage import history as _history
+from ._storage.base import Conflict
 from . import _log as logging  # logging.getLogger("trainstatus") without importing logging: see _log
 from ._checkpoints.files import CHECKPOINTS, FINAL_CHECKPOINT, describe_missing
 from ._checkpoints.roots import ROOT
@@ -36,6 +37,11 @@ _CHECKPOINT_KEYS = frozenset({CHECKPOINTS, FINAL_CHECKPOINT, ROOT})  # and the f
 
 class _NotRestored(Exception):
     """A version of the history could not be written back at open; the message says so."""
+
+
+class _Superseded(Exception):
+    """A version of the history was not written back: another writer made the file meanwhile (it
+    got in through a lock file deleted by hand), and its file is the one to read."""
 
 
 class _Opening(_Guarded):
@@ -82,6 +88,9 @@ class _Opening(_Guarded):
                     except _NotRestored as failure:
                         not_restored = f" {failure}"
                         found = None
+                    except _Superseded:
+                        self._load(initial=True, locked=True)
+                        return
                 if found is not None:
                     warn(TrainingStatusMissingWarning(
                         f"Resuming, but there is no status file at {self._location}: {restored} was "
@@ -162,6 +171,15 @@ class _Opening(_Guarded):
                 restored = self._restore(found)
             except _NotRestored as failure:
                 not_restored = f" {failure}"
+            except _Superseded:
+                warn(TrainingStatusCorruptWarning(
+                    f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved}, and "
+                    "another writer wrote the file anew meanwhile: that file was read.",
+                    path=self._location,
+                    moved_to=moved,
+                ))
+                self._load(initial=True, locked=True)
+                return
             else:
                 warn(TrainingStatusCorruptWarning(
                     f"{self._location} was damaged ({reason}); it was kept, byte for byte, as {moved}, and "
@@ -214,6 +232,8 @@ class _Opening(_Guarded):
         unsure = ""
         try:
             self._storage.replace(data)
+        except Conflict:
+            raise _Superseded from None
         except TrainingStatusWriteError as exc:
             if not getattr(exc, "_replaced", False):
                 cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc

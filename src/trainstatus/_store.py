@@ -269,7 +269,8 @@ class StatusStore(_Transactions):
 
         For a read-modify-write that must hold across writers on every kind of storage, e.g. a
         shared counter: ``store.run_transaction(lambda s: s.set("c", "n", s.get("c", "n", 0) + 1))``.
-        On a local file the lock excludes every other writer, so ``func`` runs once. On ``s3://``,
+        On a local file the lock excludes every other writer, so ``func`` runs once (twice only when a
+        writer that got in through a lock file deleted by hand made the file meanwhile). On ``s3://``,
         where nothing locks, if another writer changed a key ``func`` read before the transaction
         could be written, ``func`` runs again on the new state (so it should do nothing but read and
         set on the store), until ``lock_timeout`` runs out (``TrainingStatusConflictError``).

@@ -21,7 +21,7 @@ from .base import EXIT_OK, _Fail, _missing, _plural, _read_bytes, _unreadable
 from .._load import Corrupt, load_document
 from .._storage.local import LocalFile
 from .names import PROG
-from .target import _copies, _shown_directory, _target
+from .target import _copies, _shown_directory, _target, replace_read
 
 __all__ = ["_cmd_corrupt_list", "_cmd_corrupt_restore", "_no_subcommand"]
 
@@ -96,10 +96,12 @@ def _cmd_corrupt_restore(args: argparse.Namespace) -> int:
     kept = None
     try:
         with storage.lock(args.lock_timeout, configured=args.lock_timeout):
-            current = storage.read()  # also remembers its mode and owner for the new file
-            if current is not None:
-                kept = storage.keep_copy(current)
-            storage.replace(data)  # temp file, fsync, rename, directory fsync (the link too)
+            def keep(current: bytes | None) -> None:  # (read also remembers its mode and owner)
+                nonlocal kept
+                if current is not None:
+                    kept = storage.keep_copy(current)
+
+            replace_read(storage, data, keep)
             unkept = storage.take_warning()
             if unkept is not None:
                 warnings.warn(unkept, stacklevel=1)

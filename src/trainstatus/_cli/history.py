@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from .._storage import history as _history
-from .target import _target
+from .target import _target, replace_read
 from .base import EXIT_OK, _Fail, _json, _label, _missing, _plural, _read_bytes, _unreadable
 from .entries import entry_lines, is_entry_list, whole_list_lines
 from .names import CURRENT as _CURRENT
@@ -244,8 +244,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     kept: _history.Version | None = None
     try:
         with storage.lock(args.lock_timeout, configured=args.lock_timeout):
-            replaced = storage.read()  # the version now in place, kept in the history by the write
-            storage.replace(data)  # temp file, fsync, rename, directory fsync: a new version
+            replaced = replace_read(storage, data)  # what it replaces is kept in the history by the write
             unkept = storage.take_warning()
             if replaced is not None and unkept is None:
                 # Under the lock no other writer adds a version: the newest is the one this write

@@ -15,21 +15,45 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._storage import history as _history, filenames as _names
+from .._storage.base import Conflict
 from .base import _Fail, _json, is_url, storage_options
 from .names import PROG
 from .._lazy import lazy_module
 
 if TYPE_CHECKING:
     from .. import _store
+    from .._storage.local import LocalFile
     from .._checkpoints.roots import BadRoot, Base
 else:  # only the commands that write need it: check reads alone
     _store = lazy_module("trainstatus._store")
 
 __all__ = ["_bad_root", "_copies", "_faults_shown", "_open_store", "_root", "_shown_directory", "_target",
-           "_where_to_look"]
+           "_where_to_look", "replace_read"]
+
+# How often a command writing a whole file (restore) reads and writes again when another writer made
+# or replaced the file between its read and its rename (one that got in through a lock file deleted
+# by hand: ``_lock.version``); each time takes a new event of that kind, so a few is plenty.
+_ATTEMPTS = 10
+
+
+def replace_read(storage: LocalFile, data: bytes, on_read: Callable[[bytes | None], None] | None = None) -> bytes | None:
+    """With ``storage``'s lock held: read the file in place (``on_read`` sees it), then replace it
+    with ``data``; again if another writer got in between. What was read last."""
+    for _ in range(_ATTEMPTS):
+        current = storage.read()  # also remembers its mode and owner for the new file
+        if on_read is not None:
+            on_read(current)
+        try:
+            storage.replace(data)  # temp file, fsync, rename, directory fsync
+            return current
+        except Conflict:
+            continue
+    raise _Fail(f"{storage.location} was replaced by other writers {_ATTEMPTS} times while this command "
+                "wrote it (their lock file was deleted by hand); nothing was changed: run the command again")
 
 
 def _target(path: str) -> tuple[str, str]:

@@ -100,7 +100,11 @@ def byte_request(kind: int, byte: int) -> bytes:
 
 def _on_local_filesystem(fd: int) -> bool:
     """Whether the file is on a filesystem in ``_LOCAL_FILESYSTEMS`` (/proc/self/mountinfo)."""
-    dev = os.fstat(fd).st_dev
+    return on_local_device(os.fstat(fd).st_dev)
+
+
+def on_local_device(dev: int) -> bool:
+    """Whether device ``dev`` holds a filesystem in ``_LOCAL_FILESYSTEMS`` (read once per device)."""
     known = _local_devices.get(dev)
     if known is None:
         wanted = f"{os.major(dev)}:{os.minor(dev)}"

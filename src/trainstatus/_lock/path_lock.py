@@ -98,9 +98,9 @@ class PathLock:
         self._flock_held = False  # soft mode: whether this hold also took the flock
         # The status file's versions this hold builds on, locked too (``_lock.version``: a lock
         # file deleted by hand must not let two writers in at once), and how long a wait for
-        # one may take (the hold's timeout, and the lock_timeout it came from, for the message).
+        # one may take (the hold's deadline, and the lock_timeout it came from, for the message).
         self.versions = _version.VersionLocks(lock_path)
-        self._version_wait: tuple[float | None, float | None] = (None, None)  # (timeout, as configured)
+        self._version_wait: tuple[float | None, float | None] = (None, None)  # (deadline, as configured)
         self.lease_path: str | None = None
         self._lease: filelock.SoftFileLease | None = None
         if mode == "soft":
@@ -133,7 +133,7 @@ class PathLock:
                 if self._take(deadline, shown, path, offer):
                     yield True
                     return
-                self._version_wait = (timeout, shown)
+                self._version_wait = (deadline, shown)
             self._depth += 1
             self._owner = threading.get_ident()
             try:
@@ -364,7 +364,7 @@ def _after_fork_in_child() -> None:
     for lock in inherited:
         # Only our copy: the parent's flock lasts while its own descriptor is open.
         _descriptor.close_all(lock._file_lock._held)
-        lock.versions.forget()
+        lock.versions = _version.VersionLocks(lock.lock_path)  # the parent's (version.forget closes them)
     _registry = weakref.WeakValueDictionary()
     _registry_mutex = threading.Lock()
     generation += 1

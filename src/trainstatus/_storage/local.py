@@ -54,6 +54,15 @@ def _version(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _made_anew(target: str, version: tuple[int, int, int, int]) -> bool:
+    """Whether another file than ``version`` is at ``target`` (none there is not another)."""
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) != version[:2]
+
+
 # What a failed read or write says (``messages``) is imported only when one fails: every store pays
 # nothing for it at start-up.
 def _read_error(location: str, target: str, exc: OSError) -> TrainingStatusReadError:
@@ -124,17 +133,13 @@ class LocalFile(Storage):
             try:
                 # Under the lock, the version read is the one the write builds on: locked
                 # (``_lock.version``), or, replaced meanwhile by a writer we waited for, read anew.
-                taken = locking.take_version(fd, (st.st_dev, st.st_ino), self._target, path=self.location)
-            except OSError as exc:
+                if locking.take_version(fd, (st.st_dev, st.st_ino), self._target, path=self.location):
+                    break
+            except BaseException as exc:
                 os.close(fd)
-                if isinstance(exc, TrainingStatusError):  # out of time (a TimeoutError)
-                    raise
-                raise _read_error(self.location, self._target, exc) from exc
-            except BaseException:
-                os.close(fd)
+                if isinstance(exc, OSError) and not isinstance(exc, TrainingStatusError):  # (a timeout is one)
+                    raise _read_error(self.location, self._target, exc) from exc
                 raise
-            if taken:
-                break
             os.close(fd)
         try:
             chunks = []
@@ -170,21 +175,18 @@ class LocalFile(Storage):
             raise _read_error(self.location, self._target, exc) from exc
         try:
             st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                os.close(fd)
-                raise TrainingStatusReadError(
-                    f"Cannot read {self.location}: it is a directory, not a status file. Move the "
-                    "directory away or open the store on another path.",
-                    path=self.location,
-                )
-        except OSError as exc:
-            if isinstance(exc, TrainingStatusReadError):
-                raise
+        except BaseException as exc:
             os.close(fd)
-            raise _read_error(self.location, self._target, exc) from exc
-        except BaseException:
-            os.close(fd)
+            if isinstance(exc, OSError):
+                raise _read_error(self.location, self._target, exc) from exc
             raise
+        if stat.S_ISDIR(st.st_mode):
+            os.close(fd)
+            raise TrainingStatusReadError(
+                f"Cannot read {self.location}: it is a directory, not a status file. Move the "
+                "directory away or open the store on another path.",
+                path=self.location,
+            )
         return fd, st
 
     def _remember(self, fd: int | None, st: os.stat_result | None, *, retire: bool = False) -> None:
@@ -227,13 +229,12 @@ class LocalFile(Storage):
     def _held_lock(self) -> _locking.PathLock | None:
         """The lock, if this thread holds it (then the versions a write builds on are locked)."""
         path_lock = self._path_lock
-        if path_lock is None or self._lock_generation != _locking.generation or not path_lock.held_here():
-            return None
-        return path_lock
+        held = path_lock is not None and self._lock_generation == _locking.generation and path_lock.held_here()
+        return path_lock if held else None
 
     def _version_locked(self) -> bool:
-        """Under the lock: lock the version last read or written (``_lock.version``), which the
-        caller found still in place; False if a writer we waited for replaced it meanwhile."""
+        """Under the lock: lock the version last read or written (``_lock.version``), found in
+        place; False if a writer we waited for replaced it meanwhile."""
         locking, fd, version = self._held_lock(), self._pin.fd, self._version
         if locking is None or fd is None or version is None or locking.versions.holds(version[:2]):
             return True
@@ -322,16 +323,20 @@ class LocalFile(Storage):
         made: list[str] = []  # the history name this write gave it, if it gave one
         keeper = self._keeper
 
-        def keep() -> None:
-            kept[0] = keeper.keep_previous(made, self._version)
-
         keeping = keeper.keep and self._version is not None
         locking = self._held_lock()
         if locking is not None and not self._version_locked():
             raise Conflict  # replaced since it was read: read it again and lay the change over it
+
+        def keep() -> None:  # just before the rename
+            if locking is not None and self._version is not None and _made_anew(self._target, self._version):
+                raise Conflict  # deleted by hand with the lock file, and made anew by another writer
+            if keeping:
+                kept[0] = keeper.keep_previous(made, self._version)
+
         try:
             fd, st = _atomic.write_atomic(self._target, data, durable=self._durable, mode=mode, owner=owner,
-                                          before_replace=keep if keeping else None,
+                                          before_replace=keep if keeping or locking is not None else None,
                                           lock_new=None if locking is None else locking.versions.adopt,
                                           create=self._version is None and locking is not None)
         except _atomic.ReplacedNotSynced as exc:
@@ -362,14 +367,9 @@ class LocalFile(Storage):
                     and os.geteuid() != 0 and not _marked(exc, self._target)):
                 # The new version keeps the file's mode; one its owner cannot read and write
                 # cannot be written (and pinned) by this non-root process (root's are).
-                raise TrainingStatusWriteError(
-                    f"Could not save {self.location}: the file's mode is {stat.filemode(mode)} "
-                    f"({mode & 0o7777:#o}), which does not let its owner read and write it, and a "
-                    "rewrite keeps the file's mode. The file was left as it was; give its owner "
-                    f"read and write (chmod u+rw {self.location}), then set the value again.",
-                    path=self.location,
-                    errno=exc.errno,
-                ) from exc
+                from .messages import mode_error
+
+                raise mode_error(self.location, mode, exc) from exc
             raise _write_error(self.location, self._target, exc, "writing it") from exc
         # The version replaced lives on in the history when this write kept it (``made``; one kept
         # already, by another writer, may be pruned by now): its pin is closed here, cheaply.

@@ -11,12 +11,13 @@ full disk is reported, ``_lock.attributes`` only when a write was refused with `
 from __future__ import annotations
 
 import errno as errno_codes
+import stat
 import os
 
 from . import history as _history, filenames as _names
 from .._errors import TrainingStatusReadError, TrainingStatusWriteError
 
-__all__ = ["byte_size", "marked", "read_error", "write_error"]
+__all__ = ["byte_size", "marked", "mode_error", "read_error", "write_error"]
 
 
 def byte_size(count: int) -> str:
@@ -122,3 +123,16 @@ def _advice(location: str, target: str, exc: OSError) -> str:
         errno_codes.EPERM: eperm,
         errno_codes.ENAMETOOLONG: too_long(target),
     }.get(exc.errno or 0, "check the disk and the path")
+
+
+def mode_error(location: str, mode: int, exc: OSError) -> TrainingStatusWriteError:
+    """A rewrite refused because the file's ``mode`` does not let its owner read and write it (a
+    rewrite keeps the mode, and this process is not root)."""
+    return TrainingStatusWriteError(
+        f"Could not save {location}: the file's mode is {stat.filemode(mode)} "
+        f"({mode & 0o7777:#o}), which does not let its owner read and write it, and a "
+        "rewrite keeps the file's mode. The file was left as it was; give its owner "
+        f"read and write (chmod u+rw {location}), then set the value again.",
+        path=location,
+        errno=exc.errno,
+    )
