@@ -180,6 +180,12 @@ class Launch:
                 except BrokenPipeError:  # stdin with a line the child never read
                     pass
 
+    def __enter__(self) -> Launch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def send(self, fields: dict[str, Any]) -> None:
         """One JSON line to the child's stdin."""
         assert self.process.stdin is not None

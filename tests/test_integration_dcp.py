@@ -395,20 +395,23 @@ def test_kills_at_random_moments_resume_from_the_newest_recorded_step(torch_pyth
 # -- a rank that stops, and node-local folders -------------------------------------------------
 
 
+def error_once_rank_1_left(python: Path, tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's ``error`` when rank 1 leaves (exit status 3) as ``options`` say; rank 0 ends well."""
+    launches = started_directly(python, tmp_path, options)
+    with launches[0], launches[1]:
+        error = launches[0].event("error", 0)
+        assert launches[1].ended() == 3, launches[1].stderr()
+        finished(launches[:1])
+    return error
+
+
 def test_a_rank_that_leaves_before_its_record_is_named_by_rank_0(torch_python: Path, tmp_path: Path,
                                                                   no_leftovers: None) -> None:
     # Rank 1 ends (os._exit) after its dcp.save returned, before record(): rank 0's record raises
     # within the timeout given (5 s), naming rank 1, and records nothing.
     directory = tmp_path / "ckpt"
-    launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
-                                                          "exit_before_record": 1})
-    try:
-        error = launches[0].event("error", 0)
-        assert launches[1].ended() == 3, launches[1].stderr()
-        finished(launches[:1])
-    finally:
-        for launch in launches:
-            launch.close()
+    error = error_once_rank_1_left(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
+                                                             "exit_before_record": 1})
     assert error["type"] == "TrainingStatusCollectiveError"
     assert error["message"] == (
         f"Rank 0 of 2 on {HOST}, recording {directory / 'step-1'} (step 1): rank 1 (the last it reached: the check "
@@ -424,15 +427,8 @@ def test_a_rank_that_leaves_after_the_barrier_is_named_by_rank_0(torch_python: P
                                                                  no_leftovers: None) -> None:
     # Rank 1 passes the record's barrier, then ends before the gather of the ranks' views.
     directory = tmp_path / "ckpt"
-    launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
-                                                          "exit_after": [1, "monitored_barrier"]})
-    try:
-        error = launches[0].event("error", 0)
-        assert launches[1].ended() == 3, launches[1].stderr()
-        finished(launches[:1])
-    finally:
-        for launch in launches:
-            launch.close()
+    error = error_once_rank_1_left(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
+                                                             "exit_after": [1, "monitored_barrier"]})
     assert recorded(directory / "training_status.json") == []
     assert error["type"] == "TrainingStatusCollectiveError"
     # Torch's own error names a peer address only; the store of the process group says which rank
@@ -449,16 +445,13 @@ def test_a_rank_late_past_the_timeout_is_named_and_raises_too(torch_python: Path
     directory = tmp_path / "ckpt"
     launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
                                                           "hold_before_record": 1, "linger": True})
-    try:
+    with launches[0], launches[1]:
         first = launches[0].event("error", 0)
         assert launches[1].process.stdin is not None
         launches[1].process.stdin.write("go\n")
         launches[1].process.stdin.flush()
         second = launches[1].event("error", 1)
         finished(launches)
-    finally:
-        for launch in launches:
-            launch.close()
     assert (first["type"], second["type"]) == ("TrainingStatusCollectiveError",) * 2
     what = f"recording {directory / 'step-1'} (step 1)"
     assert first["message"].startswith(
@@ -471,9 +464,10 @@ def test_a_rank_late_past_the_timeout_is_named_and_raises_too(torch_python: Path
     assert recorded(directory / "training_status.json") == []
 
 
-def on_nodes(python: Path, tmp_path: Path, root: Path, options: dict[str, Any]) -> list[Launch]:
+def errors_on_nodes(python: Path, tmp_path: Path, root: Path, options: dict[str, Any]) -> list[dict[str, Any]]:
     """Ranks 0 and 1 as if on two machines: each in a mount namespace of its own where ``root`` is
-    its node's folder (``tmp_path/node0``, ``node1``: two local disks), under hostname node0, node1."""
+    its node's folder (``tmp_path/node0``, ``node1``: two local disks), under hostname node0, node1;
+    the ``error`` of each, once both ended well."""
     nodes = [tmp_path / "node0", tmp_path / "node1"]
     for node in nodes:
         node.mkdir(exist_ok=True)
@@ -484,7 +478,11 @@ def on_nodes(python: Path, tmp_path: Path, root: Path, options: dict[str, Any]) 
                   f"&& exec {shlex.join(argv)}")
         return ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script]
 
-    return started_directly(python, tmp_path, {"dir": str(root), "timeout": BOUND, **options}, wrap)
+    launches = started_directly(python, tmp_path, {"dir": str(root), "timeout": BOUND, **options}, wrap)
+    with launches[0], launches[1]:
+        errors = [launch.event("error", rank) for rank, launch in enumerate(launches)]
+        finished(launches)
+    return errors
 
 
 def test_a_save_into_node_local_folders_is_refused_on_every_rank(torch_python: Path, tmp_path: Path,
@@ -492,13 +490,7 @@ def test_a_save_into_node_local_folders_is_refused_on_every_rank(torch_python: P
     # dcp.save succeeds (each rank writes into its own node's folder; .metadata on node 0's), but
     # the record sees rank 1's shard missing from rank 0's view: both ranks raise the same error.
     root = tmp_path / "ckpt"
-    launches = on_nodes(torch_python, tmp_path, root, {"steps": 1})
-    try:
-        errors = [launch.event("error", rank) for rank, launch in enumerate(launches)]
-        finished(launches)
-    finally:
-        for launch in launches:
-            launch.close()
+    errors = errors_on_nodes(torch_python, tmp_path, root, {"steps": 1})
     folder = root / "step-1"
     for error in errors:
         assert (error["type"], error["ranks"], error["hosts"]) == ("TrainingStatusCheckpointNotShared", [1], ["node1"])
@@ -519,13 +511,7 @@ def test_a_resume_from_a_checkpoint_only_node_0_has_is_refused_on_every_rank(
     # 1's is empty: last_complete_checkpoint raises the same error on both ranks, naming rank 1.
     shutil.copytree(late[0], tmp_path / "node0")
     root = tmp_path / "ckpt"
-    launches = on_nodes(torch_python, tmp_path, root, {"steps": 1})
-    try:
-        errors = [launch.event("error", rank) for rank, launch in enumerate(launches)]
-        finished(launches)
-    finally:
-        for launch in launches:
-            launch.close()
+    errors = errors_on_nodes(torch_python, tmp_path, root, {"steps": 1})
     for error in errors:
         assert (error["type"], error["ranks"], error["hosts"]) == ("TrainingStatusCheckpointNotShared", [1], ["node1"])
         assert error["message"] == (
