@@ -210,7 +210,8 @@ def test_concurrency_quick(tmp_path: Path) -> None:
             assert entry["sets"] == entry["n"] > 0  # one latency per acknowledged set
             assert entry["writes"] >= 1
             assert entry["sets_per_s"] == pytest.approx(entry["sets"] / entry["seconds"], rel=1e-2)
-            assert entry["speedup"] == pytest.approx(entry["sets_per_s"] / entries[0]["sets_per_s"], rel=1e-2)
+            # (rounded to 3 decimals in the report: a tiny speedup on a busy machine is off by more than 1%)
+            assert entry["speedup"] == pytest.approx(entry["sets_per_s"] / entries[0]["sets_per_s"], rel=1e-2, abs=1e-3)
             assert entry["sets_per_write"] >= 1.0  # a write never carries less than one set
         assert entries[0]["sets_per_write"] == 1.0  # a single writer has nobody to share with
     target = report["target"]
