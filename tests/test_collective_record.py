@@ -12,6 +12,7 @@ done; a rank that stops or is late is named. The real-``torchrun`` tests of the 
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -224,13 +225,13 @@ def test_a_file_another_rank_lists_late_is_opened_by_that_rank_before_it_is_refu
     # One shared folder, but rank 1's listing is stale (a network filesystem's cached directory):
     # it does not list the file rank 0 wrote. Asked, rank 1 opens it, finds it, and it is recorded.
     world.write(0, world.root(0) / NAME / "model.ckpt", b"m" * 300)
-    real = _collective._sizes
+    real = os.walk
 
-    def stale_on_rank_1(folder: str) -> dict[str, int]:
-        sizes = real(folder)
-        return {} if world.rank() == 1 else sizes
+    def stale_on_rank_1(top: Any, *args: Any, **kwargs: Any) -> Any:
+        for folder, subfolders, names in real(top, *args, **kwargs):
+            yield folder, subfolders, ([] if world.rank() == 1 else names)
 
-    monkeypatch.setattr(_collective, "_sizes", stale_on_rank_1)
+    monkeypatch.setattr(os, "walk", stale_on_rank_1)
     entry, same = (outcome.result() for outcome in world.run(lambda r: record(world, r), lambda r: record(world, r)))
     assert entry == same and recorded(world.root(0)) == [entry]
 
