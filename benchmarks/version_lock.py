@@ -65,7 +65,7 @@ class Unlocked:
 
     def __enter__(self) -> None:
         self._usable = _version.VersionLocks.usable
-        _version.VersionLocks.usable = lambda self: False  # type: ignore[method-assign]
+        _version.VersionLocks.usable = lambda self, device=None: False  # type: ignore[method-assign]
 
     def __exit__(self, *exc: object) -> None:
         _version.VersionLocks.usable = self._usable  # type: ignore[method-assign]
