@@ -28,8 +28,11 @@ def python(venv: Path) -> Path:
 
 def ours() -> list[str]:
     """filelock and orjson pinned at the versions this suite runs with (a lowest-dependencies run
-    tests the group on the lowest versions too)."""
-    return [f"{name}=={importlib.metadata.version(name)}" for name in ("filelock", "orjson")]
+    tests the group on the lowest versions too), and coverage at the suite's own version: its
+    ``.pth`` file starts measuring every Python process of the environment when a traced run
+    (``--cov``, pyproject.toml's ``[tool.coverage.run] patch``) sets COVERAGE_PROCESS_CONFIG, and does
+    nothing otherwise."""
+    return [f"{name}=={importlib.metadata.version(name)}" for name in ("filelock", "orjson", "coverage")]
 
 
 def spec(**parts: Any) -> str:
