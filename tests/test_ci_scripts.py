@@ -3,11 +3,15 @@
 ``.ci/lowest_constraints.py`` pins every direct dependency (and the ``s3`` extra's boto3) to the
 lowest version pyproject.toml allows, for CI's lowest-dependencies leg. A pin it got wrong, or a
 requirement it let drop out unseen, makes that leg test versions the bounds do not name.
+
+``.ci/coverage_totals.py`` prints the lines and the branches covered apart, for each module of
+``trainstatus.integrations`` and in total, from the data file .ci/run combined.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -116,3 +120,49 @@ def test_a_required_package_named_otherwise_or_with_extras_counts(tmp_path: Path
 def test_more_than_one_argument_is_a_usage_error() -> None:
     done = _run("a", "b")
     assert done.returncode != 0 and done.stderr.strip() == "usage: lowest_constraints.py [pyproject.toml]"
+
+
+TOTALS = ROOT / ".ci" / "coverage_totals.py"
+
+
+def _measured(tmp_path: Path) -> Path:
+    """A data file of one module under src/trainstatus/integrations/: 4 of its 5 lines run, 1 of its
+    2 branches taken."""
+    module = tmp_path / "src" / "trainstatus" / "integrations" / "x.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def f(a):\n    if a:\n        return 1\n    return 2\n\n\nf(True)\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("COVERAGE_")}  # a traced CI step's
+    subprocess.run([sys.executable, "-m", "coverage", "run", "--branch", "--data-file=data", str(module)],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
+    return tmp_path / "data"
+
+
+def _totals(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(TOTALS), *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_coverage_totals_gives_lines_and_branches_apart_for_each_integration_module(tmp_path: Path) -> None:
+    done = _totals(tmp_path, str(_measured(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert [line.split() for line in done.stdout.splitlines()] == [
+        ["src/trainstatus/integrations/x.py", "80.0%", "of", "5", "lines,", "50.0%", "of", "2", "branches"],
+        ["TOTAL", "80.0%", "of", "5", "lines,", "50.0%", "of", "2", "branches"],
+    ]
+
+
+def test_coverage_totals_fails_under_the_floor_naming_what_is_below(tmp_path: Path) -> None:
+    data = _measured(tmp_path)
+    assert _totals(tmp_path, str(data), "--fail-under", "50").returncode == 0
+    done = _totals(tmp_path, str(data), "--fail-under", "85")
+    assert done.returncode == 1 and done.stderr == "coverage of lines and branches is below 85%\n"
+    done = _totals(tmp_path, str(data), "--fail-under", "60")
+    assert done.returncode == 1 and done.stderr == "coverage of branches is below 60%\n"
+
+
+def test_coverage_totals_fails_when_no_integration_module_was_measured(tmp_path: Path) -> None:
+    data = _measured(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    done = _totals(tmp_path / "elsewhere", str(data))  # the module's path no longer under src/trainstatus/integrations/
+    assert done.returncode == 1
+    assert done.stderr == f"{data}: no module of src/trainstatus/integrations/ was measured\n"
