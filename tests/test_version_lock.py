@@ -581,12 +581,9 @@ def test_a_local_write_that_lost_to_another_writer_is_not_told_it_lost_a_conditi
     assert _on_disk(path)["c"] == {"k": 2}
 
 
-def test_a_history_version_put_back_at_open_gives_way_to_a_file_another_writer_made(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Resuming with the status file gone: the newest version of its history is put back, but
-    another writer (in through a new lock file) makes the file meanwhile. Its file is read, as is,
-    with no error (a raw internal Conflict escaped before)."""
-    path = tmp_path / "status.json"
+def _gone_with_history(path: Path) -> Callable[[], None]:
+    """A status file with 3 versions in its history, then deleted by hand; what a writer in through
+    a new lock file does meanwhile: it makes the file anew (other/k = 1)."""
     store = StatusStore(path, durable=False, history=3)
     for i in range(3):
         store.set("c", "k", i)
@@ -600,7 +597,16 @@ def test_a_history_version_put_back_at_open_gives_way_to_a_file_another_writer_m
                               capture_output=True, text=True, timeout=TIMEOUT)
         assert made.returncode == 0, made.stderr
 
-    with _at_write(monkeypatch, "write_all", meanwhile):
+    return meanwhile
+
+
+def test_a_history_version_put_back_at_open_gives_way_to_a_file_another_writer_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming with the status file gone: the newest version of its history is put back, but
+    another writer (in through a new lock file) makes the file meanwhile. Its file is read, as is,
+    with no error (a raw internal Conflict escaped before)."""
+    path = tmp_path / "status.json"
+    with _at_write(monkeypatch, "write_all", _gone_with_history(path)):
         resumed = StatusStore(path, durable=False, history=3, resume=True)
     assert resumed.get("other", "k") == 1 and resumed.get("c", "k") is None
     assert _on_disk(path)["other"] == {"k": 1}
@@ -611,20 +617,7 @@ def test_trainstatus_restore_writes_again_over_a_file_another_writer_made(
     from trainstatus._cli.main import main
 
     path = tmp_path / "status.json"
-    store = StatusStore(path, durable=False, history=3)
-    for i in range(3):
-        store.set("c", "k", i)
-    store.close()
-    os.unlink(path)
-
-    def meanwhile() -> None:
-        os.unlink(f"{path}.lock")
-        made = subprocess.run([sys.executable, "-c", "import sys; from trainstatus import StatusStore; "
-                               "StatusStore(sys.argv[1], durable=False).set('other', 'k', 1)", str(path)],
-                              capture_output=True, text=True, timeout=TIMEOUT)
-        assert made.returncode == 0, made.stderr
-
-    with _at_write(monkeypatch, "write_all", meanwhile):
+    with _at_write(monkeypatch, "write_all", _gone_with_history(path)):
         assert main(["restore", str(path), "1"]) == 0
     assert capsys.readouterr().out.startswith(f"restored {path} to version 1 ")
     assert _on_disk(path)["c"] == {"k": 0} and "other" not in _on_disk(path)  # what restore promises
