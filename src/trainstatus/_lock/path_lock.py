@@ -201,8 +201,8 @@ class PathLock:
 
     def lock_file_lost(self) -> bool:
         """Whether the lock file this hold locked is no longer the one at its path (deleted or
-        replaced by hand since): another writer may then have locked the new one and written at the
-        same time. Asked only once a write failed, for its message."""
+        replaced by hand since): another writer may then have locked the new one and removed this
+        write's temp file as a leftover. Asked only once a write failed: it is then written again."""
         fd = self._file_lock._current_fd()
         if not self._flock_held or fd is None:
             return False
