@@ -1,11 +1,11 @@
 """A process group for tests: ranks as threads of this process, each on a host of its own, running
-``trainstatus.integrations._collective`` over a stand-in for ``torch.distributed`` that passes
+``trainstatus.integrations._ranks`` (the record and the resume decision) over a stand-in for ``torch.distributed`` that passes
 pickled objects through queues, in milliseconds and without torch.
 
     world = World(tmp_path, monkeypatch, hosts=("node-a", "node-b"))
     outcomes = world.run(lambda rank: record(...), lambda rank: record(...))  # one callable per rank
 
-The stand-in answers every call ``_collectives`` makes of ``torch.distributed`` (``monitored_barrier``,
+The stand-in answers every call ``_ranks.collectives`` makes of ``torch.distributed`` (``monitored_barrier``,
 ``gather_object``, ``all_gather_object``, ``broadcast_object_list``, ``new_group``, the default
 store ``_Progress`` notes its steps in, ``is_initialized``...) with torch's semantics as far as the
 protocol can tell: objects are pickled on the way (an error that does not pickle fails as it
@@ -14,7 +14,7 @@ would), rank 0's ``monitored_barrier`` names the ranks that did not arrive withi
 thread ended (a process that exited) fails at once with gloo's "Connection closed by peer", a wait
 on a rank that is only late fails after the timeout, and collectives called in another order on
 two ranks fail loudly (torch would hang or mix them up). It is injected through the documented seam
-``_collectives.distributed``, so ``_collective`` runs the same code as under torch.
+``_ranks.hosts.distributed``, so the protocol runs the same code as under torch.
 
 Faults and delays: ``world.at(rank, op, before=..., after=...)`` runs a callable before or after
 that rank's call of ``op`` (a torch function's name, or a store method's: ``set``, ``get``,
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import itertools
 import os
 import pickle
 import queue
@@ -47,7 +46,7 @@ from typing import Any
 import pytest
 
 from trainstatus._storage import atomic as _atomic
-from trainstatus.integrations import _collectives
+from trainstatus.integrations._ranks import hosts as _hosts
 
 POLL = 0.002  # seconds between looks at a peer that may have ended, while waiting for it
 
@@ -241,7 +240,7 @@ class FakeDistributed:
     # -- the wires -------------------------------------------------------------------------------
 
     def _group(self, group: Group | None, timeout: datetime.timedelta | None) -> tuple[Group, float]:
-        assert group is not None, "_collectives runs every collective on a group of its own"
+        assert group is not None, "_ranks.collectives runs every collective on a group of its own"
         assert group in self.world.pg_map, "a collective on a group that was not made (or was destroyed)"
         return group, (timeout or group.timeout).total_seconds()
 
@@ -250,7 +249,7 @@ class FakeDistributed:
         return self.seq[group.number]
 
     def _send(self, peer: int, group: Group, seq: int, op: str, payload: Any) -> None:
-        self.world.wires[(self.rank, peer)].put(_Message(group, seq, op, payload))
+        self.world.wire(self.rank, peer).put(_Message(group, seq, op, payload))
 
     def _everyone(self, group: Group, seq: int, op: str, payload: Any, deadline: float) -> dict[int, Any]:
         for peer in range(self.world.size):
@@ -260,7 +259,7 @@ class FakeDistributed:
                 if peer != self.rank}
 
     def _receive(self, peer: int, group: Group, seq: int, op: str, deadline: float) -> Any:
-        wire = self.world.wires[(peer, self.rank)]
+        wire = self.world.wire(peer, self.rank)
         while True:
             try:
                 message = wire.get(timeout=POLL)
@@ -279,8 +278,9 @@ class FakeDistributed:
         return message.payload
 
 
-class _Place(_collectives.Distributed):
-    """A rank's ``_collectives.Distributed``: its stand-in for torch.distributed and its host."""
+class _Place(_hosts.Distributed):
+    """A rank's ``_ranks.hosts.Distributed``: its stand-in for torch.distributed and its host (whose
+    name is also its machine: ranks on hosts of one name share a view of the files)."""
 
     def __init__(self, dist: FakeDistributed, host: str) -> None:
         super().__init__()
@@ -290,6 +290,9 @@ class _Place(_collectives.Distributed):
         return self.dist
 
     def host(self) -> str:
+        return self.name
+
+    def machine(self) -> str:
         return self.name
 
 
@@ -306,7 +309,8 @@ class World:
         self.groups: dict[int, Group] = {}
         self.pg_map: dict[Group, str] = {}
         self.store_data: dict[str, bytes] = {}
-        self.wires = {(a, b): queue.Queue[_Message]() for a, b in itertools.product(range(self.size), repeat=2)}
+        # One queue a pair of ranks, made when first used: a world of 1,024 ranks uses a few thousand of its million.
+        self.wires: dict[tuple[int, int], queue.Queue[_Message]] = {}
         self.gone: set[int] = set()
         self.places = [_Place(FakeDistributed(self, rank), host) for rank, host in enumerate(self.hosts)]
         self.actions: dict[tuple[int, str, str], list[tuple[int | None, Callable[[], None]]]] = {}
@@ -316,15 +320,19 @@ class World:
         self.dirty: dict[str, str] = {}  # path: the host whose page cache holds its unsynced data
         self.sync_fault: Callable[[int | None, str], None] | None = None
         self._local = threading.local()
-        monkeypatch.setattr(_collectives, "distributed", self.distributed)
+        monkeypatch.setattr(_hosts, "distributed", self.distributed)
         monkeypatch.setattr(_atomic, "sync_file", self._sync_file)
         monkeypatch.setattr(_atomic, "sync_directory", self._sync_directory)
 
     # -- ranks -----------------------------------------------------------------------------------
 
-    def distributed(self) -> _collectives.Distributed:
+    def distributed(self) -> _hosts.Distributed:
         rank = self.rank()
-        return _collectives._PROCESS if rank is None else self.places[rank]
+        return _hosts._PROCESS if rank is None else self.places[rank]
+
+    def wire(self, sender: int, receiver: int) -> queue.Queue[_Message]:
+        with self.lock:
+            return self.wires.setdefault((sender, receiver), queue.Queue())
 
     def rank(self) -> int | None:
         """The rank of the calling thread, None for the test's own."""

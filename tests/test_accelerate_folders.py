@@ -1,5 +1,5 @@
 """The checks trainstatus.integrations.accelerate makes of a recorded folder before Accelerate loads
-it (``_accelerate_folders``, ``_safetensors``), on files made here: no torch or Accelerate needed,
+it (``_accelerate.folders``, ``_formats.safetensors``), on files made here: no torch or Accelerate needed,
 so they run in the default suite. tests/test_integration_accelerate.py runs them on real saves."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from trainstatus.integrations import _safetensors
-from trainstatus.integrations._accelerate_folders import sweep, unrecorded, whole
+from trainstatus.integrations._formats import safetensors as _safetensors
+from trainstatus.integrations._accelerate.folders import sweep, unrecorded, whole
 
 FOLDER = "checkpoints/checkpoint_3"
 

@@ -1,5 +1,5 @@
 """Every check that compares a size, at its boundary: one byte short, one byte long, exactly at the
-end. safetensors headers (``_safetensors``), torch.save's zip directory (``_torch_zip``) and the
+end. safetensors headers (``_formats.safetensors``), torch.save's zip directory (``_formats.torch_zip``) and the
 recorded sizes of ``CheckpointList``, on files built here byte by byte from their formats (no
 torch). The DCP chunk check reads ``.metadata``, a pickle of torch's classes: its boundary is in
 tests/test_integration_dcp.py (``boundary``); Ray's on an object store (pyarrow) in
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from trainstatus import CheckpointList, StatusStore, TrainingStatusCheckpointWarning
-from trainstatus.integrations import _safetensors, _torch_zip
+from trainstatus.integrations._formats import safetensors as _safetensors
+from trainstatus.integrations._formats import torch_zip as _torch_zip
 
 BOUNDARY = pytest.mark.parametrize("delta", [-1, 0, 1], ids=["one byte short", "exactly at the end", "one byte long"])
 

@@ -1,4 +1,4 @@
-"""What ``integrations._collective`` does on one rank's side, without a process group: no torch is
+"""What ``integrations._ranks.views`` does on one host's side, without a process group: no torch is
 needed, so these run in the default suite. The collectives themselves run in the integrations'
 tests (tests/test_integration_dcp.py, tests/test_integration_accelerate.py, ...)."""
 
@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from trainstatus.integrations import _collective
+from trainstatus.integrations._ranks import views
 
 
 def test_files_another_rank_renames_during_the_sync_are_passed_by(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # Rank 1's save returned (its random_states_1.pkl is written); rank 0 is still saving: its
-    # safetensors temp file is renamed to model.safetensors, and a folder of its own removed,
-    # while rank 1 walks the folder to fsync it. (Measured: Accelerate, 2 processes, a save every
-    # step on two busy cores: "syncing .../checkpoint_8/.tmp0zVOOz failed (No such file or
-    # directory)", and the record failed.)
+    # A temp file renamed to model.safetensors, and folders removed, while the host's walk syncs the
+    # folder. (Measured when every rank walked before the barrier, Accelerate, 2 processes, a save
+    # every step on two busy cores: "syncing .../checkpoint_8/.tmp0zVOOz failed (No such file or
+    # directory)", and the record failed. The walk now follows the barrier; a library's own
+    # clean-up can still remove a file under it.)
     folder = tmp_path / "checkpoints" / "checkpoint_8"
     for name in ("scratch", "shards"):  # removed before the walk reaches it, and once it listed it
         (folder / name).mkdir(parents=True)
@@ -28,10 +28,10 @@ def test_files_another_rank_renames_during_the_sync_are_passed_by(tmp_path: Path
     (folder / "random_states_1.pkl").write_bytes(b"1" * 10)
     temp = folder / ".tmp0zVOOz"
     temp.write_bytes(b"weights")
-    real = os.lstat
+    real = os.open
     synced: list[str] = []
 
-    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+    def opening(path: Any, *args: Any, **kwargs: Any) -> int:
         if os.fspath(path) == str(temp) and temp.exists():
             os.replace(temp, folder / "model.safetensors")
             shutil.rmtree(folder / "scratch")
@@ -39,19 +39,20 @@ def test_files_another_rank_renames_during_the_sync_are_passed_by(tmp_path: Path
             shutil.rmtree(folder / "shards")
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(os, "lstat", lstat)
-    monkeypatch.setattr(_collective._atomic, "sync_file", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
-    _collective._sync_folder(str(folder), str(tmp_path / "training_status.json"))
+    monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(views._atomic, "sync_file", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    seen = views.survey(str(folder), str(tmp_path / "training_status.json"))
     assert synced == [str(folder / "random_states_1.pkl")]
+    assert seen == {"random_states_1.pkl": 10}
 
 
 def test_the_checkpoint_folder_itself_gone_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "checkpoint_8"
     with pytest.raises(FileNotFoundError):
-        _collective._sync_folder(str(folder), str(tmp_path / "training_status.json"))
+        views.survey(str(folder), str(tmp_path / "training_status.json"))
     # Gone while it was synced (removed by hand, or by a rank that had no business doing so).
     folder.mkdir()
     (folder / "random_states_0.pkl").write_bytes(b"0")
-    monkeypatch.setattr(_collective._atomic, "sync_file", lambda fd: shutil.rmtree(folder))
+    monkeypatch.setattr(views._atomic, "sync_file", lambda fd: shutil.rmtree(folder))
     with pytest.raises(FileNotFoundError):
-        _collective._sync_folder(str(folder), str(tmp_path / "training_status.json"))
+        views.survey(str(folder), str(tmp_path / "training_status.json"))

@@ -1,4 +1,4 @@
-"""``_collective.record`` under a process group, rule by rule: ranks as threads on hosts of their
+"""``_ranks.saving.record`` under a process group, rule by rule: ranks as threads on hosts of their
 own (tests/_fake_group.py), each collective as torch runs it, in milliseconds without torch.
 
 The rules: every rank fsyncs the files it sees (a file's dirty pages are on its writer's host, so
@@ -32,7 +32,8 @@ from trainstatus import (
     TrainingStatusLockTimeout,
     TrainingStatusWriteError,
 )
-from trainstatus.integrations import _collective, dcp
+from trainstatus.integrations import dcp
+from trainstatus.integrations._ranks import saving
 
 STATUS = "training_status.json"
 NAME = "checkpoint-30"
@@ -67,7 +68,7 @@ def add(root: Path, calls: list[tuple[int | None, bool]] | None = None,
 def record(world: World, rank: int, write: Callable[[bool], dict[str, Any]] | None = None,
            timeout: float = SECONDS) -> dict[str, Any]:
     root = world.root(rank)
-    return _collective.record(str(root / NAME), str(root / STATUS), write or add(root), what=WHAT, timeout=timeout)
+    return saving.record(str(root / NAME), str(root / STATUS), write or add(root), what=WHAT, timeout=timeout)
 
 
 def recorded(root: Path) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""``_collective.decide`` under a process group, rule by rule (tests/_fake_group.py: ranks as
+"""``_ranks.resuming.decide`` under a process group, rule by rule (tests/_fake_group.py: ranks as
 threads on hosts of their own, in milliseconds without torch): rank 0 chooses, once; every rank
 checks that it sees each recorded file with its recorded size, and all resume or none does; what
 rank 0's choice raised is raised on every rank; a rank that stops is named."""
@@ -22,7 +22,7 @@ from trainstatus import (
     TrainingStatusCorruptError,
     TrainingStatusError,
 )
-from trainstatus.integrations import _collective
+from trainstatus.integrations._ranks import resuming
 
 STATUS = "training_status.json"
 NAME = "checkpoint-30"
@@ -57,7 +57,7 @@ def latest(world: World, calls: list[int | None] | None = None) -> Callable[[], 
 
 
 def resume(world: World, rank: int, choose: Callable[[], Any] | None = None) -> Any:
-    return _collective.decide(choose or latest(world), _collective.entry_files, str(world.root(rank)), what=WHAT,
+    return resuming.decide(choose or latest(world), resuming.entry_files, str(world.root(rank)), what=WHAT,
                               timeout=SECONDS)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _fake_group import World
 
-from trainstatus.integrations import _collectives
+from trainstatus.integrations._ranks import collectives, hosts
 
 
 @pytest.fixture
@@ -19,25 +19,22 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 
 def test_collectives_in_another_order_on_two_ranks_fail_loudly(world: World) -> None:
     def rank_0(rank: int) -> None:
-        me = _collectives.ranks()
+        me = hosts.ranks()
         assert me is not None
-        group, seconds = _collectives.group(5)
-        _collectives.broadcast("chosen", group, seconds, me, "choosing")
+        collectives.broadcast("chosen", collectives.group(5), me, "choosing")
 
     def rank_1(rank: int) -> None:
-        me = _collectives.ranks()
+        me = hosts.ranks()
         assert me is not None
-        group, seconds = _collectives.group(5)
-        _collectives.all_gather("view", group, seconds, me, "checking")
+        collectives.gather("view", collectives.group(5), me, "checking")
 
     outcomes = world.run(rank_0, rank_1)
     assert isinstance(outcomes[1].error, AssertionError)
-    assert str(outcomes[1].error) == ("rank 1 ran all_gather_object #1 on group 0 while rank 0 ran "
+    assert str(outcomes[1].error) == ("rank 1 ran gather_object sizes #1 on group 0 while rank 0 ran "
                                       "broadcast_object_list #1 on group 0")
 
 
 def test_each_rank_has_its_own_place_and_the_test_thread_none(world: World) -> None:
-    seen = world.run(lambda r: _collectives.ranks(), lambda r: _collectives.ranks())
-    assert [outcome.result() for outcome in seen] == [_collectives.Ranks(0, 2, "node-a"),
-                                                      _collectives.Ranks(1, 2, "node-b")]
-    assert _collectives.ranks() is None  # the test's own thread: no process group (no torch here)
+    seen = world.run(lambda r: hosts.ranks(), lambda r: hosts.ranks())
+    assert [outcome.result() for outcome in seen] == [hosts.Ranks(0, 2, "node-a"), hosts.Ranks(1, 2, "node-b")]
+    assert hosts.ranks() is None  # the test's own thread: no process group (no torch here)

@@ -221,14 +221,14 @@ def test_a_run_that_went_back_drops_the_later_entries_when_it_records(
 IMPORT_CHECK = """
 import os, sys
 import trainstatus.integrations.dcp as dcp
-from trainstatus.integrations import _collective
+from trainstatus.integrations._ranks import hosts
 directory = sys.argv[1]
 folder = os.path.join(directory, "step-1")
 os.makedirs(folder)
 for name, data in ((".metadata", b"plan"), ("__0_0.distcp", b"0" * 10)):
     with open(os.path.join(folder, name), "wb") as f:
         f.write(data)
-print(dcp.last_complete_checkpoint(directory), _collective.ranks())
+print(dcp.last_complete_checkpoint(directory), hosts.ranks())
 print(sorted(dcp.record(folder, 1)["files"].items()))
 print(sorted(m for m in sys.modules if m.split(".")[0] == "torch"))
 """

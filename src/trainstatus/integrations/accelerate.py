@@ -52,12 +52,15 @@ from .._errors import (
 )
 from .._storage import history as _history
 from .._store import StatusStore
-from . import _collective
-from . import _accelerate_places as _places
-from ._accelerate_folders import sweep, unrecorded, whole
-from ._accelerate_places import PathLike, Place, project, refuse_misplaced, saving, shown_path
-from ._accelerate_places import place as _place
-from ._common import Words, choose, drop, warn_passed_over
+from ._accelerate import places as _places
+from ._accelerate.folders import sweep, unrecorded, whole
+from ._accelerate.places import PathLike, Place, project, refuse_misplaced, saving, shown_path
+from ._accelerate.places import place as _place
+from ._ranks import hosts as _hosts
+from ._ranks import resuming as _resuming
+from ._ranks import saving as _saving
+from ._shared.choice import Words, choose, warn_passed_over
+from ._shared.upkeep import drop
 
 __all__ = ["CATEGORY", "STATUS_FILE", "last_complete_checkpoint", "load_state", "save_state"]
 
@@ -118,7 +121,7 @@ def save_state(accelerator: Accelerator, output_dir: PathLike | None = None, **k
     name = os.path.relpath(folder, place.root)
     timeout = _timeout(accelerator)
     automatic = bool(config.automatic_checkpoint_naming)
-    _collective.decide(lambda: _clear(place, name, step, automatic), lambda _: {}, place.root,
+    _resuming.decide(lambda: _clear(place, name, step, automatic), lambda _: {}, place.root,
                        what=f"what to unlist before saving {name} of {place.root}", timeout=timeout)
     limit = config.total_limit
     config.total_limit = None  # Accelerate's rotation: before the save, of folders complete or not
@@ -133,7 +136,7 @@ def save_state(accelerator: Accelerator, output_dir: PathLike | None = None, **k
             path=place.status, category=CATEGORY, file_path=os.fspath(saved),
         )
     keep = max(int(limit), 1) if automatic and limit is not None else None
-    _collective.record(folder, place.status, lambda synced: _record(place, name, step, keep, synced),
+    _saving.record(folder, place.status, lambda synced: _record(place, name, step, keep, synced),
                        what=f"{name} of {place.root}", timeout=timeout)
     return os.fspath(saved) if saved is not None else folder
 
@@ -245,7 +248,7 @@ def _record(place: Place, name: str, step: int, keep: int | None, synced: bool) 
     try:
         # With the number of processes that wrote it (world_size), in the same write.
         entry = CheckpointList(store, CATEGORY, keep=keep, root=place.root)._add(
-            step, name, synced=synced, fields=_collective.entry_fields())
+            step, name, synced=synced, fields=_saving.entry_fields())
         if keep is not None:
             sweep(place.root, store.to_dict(), CATEGORY, step)
     finally:
@@ -255,7 +258,7 @@ def _record(place: Place, name: str, step: int, keep: int | None, synced: bool) 
 
 def _decide(place: Place, timeout: float | None) -> dict[str, Any] | None:
     """The newest whole recorded entry, chosen by the main process, the same on every process."""
-    return _collective.decide(lambda: _choose(place), _collective.entry_files, place.root,
+    return _resuming.decide(lambda: _choose(place), _resuming.entry_files, place.root,
                               what=f"the newest complete checkpoint of {place.shown}", timeout=timeout)
 
 
@@ -296,7 +299,7 @@ def _check(accelerator: Any, call: str) -> None:
             f"{call}(accelerator, ...) needs the accelerate.Accelerator of the run, not "
             f"{type(accelerator).__name__!r} ({accelerator!r})."
         )
-    if int(accelerator.num_processes) > 1 and _collective.ranks() is None:
+    if int(accelerator.num_processes) > 1 and _hosts.ranks() is None:
         raise TrainingStatusError(
             f"{call}() runs in one of {accelerator.num_processes} processes, but no torch.distributed process "
             "group of them is initialized here (Accelerate on TPU or another backend): trainstatus cannot wait for "

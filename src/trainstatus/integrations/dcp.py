@@ -48,10 +48,12 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
-from ._collective import decide, entry_fields, entry_files
-from ._collective import record as _record
-from ._common import choose, drop, reasons
-from ._dcp_folders import METADATA, reader, whole
+from ._ranks.resuming import decide, entry_files
+from ._ranks.saving import entry_fields
+from ._ranks.saving import record as _record
+from ._shared.choice import choose, reasons
+from ._shared.upkeep import drop
+from ._formats.dcp_metadata import METADATA, reader, whole
 
 __all__ = ["CATEGORY", "STATUS_FILE", "last_complete_checkpoint", "record"]
 

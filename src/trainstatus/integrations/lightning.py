@@ -62,12 +62,14 @@ from .._errors import (
 from .._storage import atomic as _atomic
 from .._storage import filenames as _names
 from .._store import StatusStore
-from . import _collective
-from . import _lightning_strategies as _strategies
-from ._common import Words, drop, pick, remove_stale_temps, warn_passed_over
-from ._dcp_folders import METADATA
-from ._lightning_common import CATEGORY, STATUS_FILE, local, score, whole
-from ._lightning_common import status_path as _status_path
+from ._formats.dcp_metadata import METADATA
+from ._lightning import strategies as _strategies
+from ._lightning.common import CATEGORY, STATUS_FILE, local, score, whole
+from ._lightning.common import status_path as _status_path
+from ._ranks import hosts as _hosts
+from ._ranks import resuming as _resuming
+from ._shared.choice import Words, pick, warn_passed_over
+from ._shared.upkeep import drop, remove_stale_temps
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
 
@@ -313,7 +315,7 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     """
     folder = os.path.abspath(os.fspath(dirpath))
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
-    given = _strategies.Resumed(folder, path, None, _collective.ranks() is not None)
+    given = _strategies.Resumed(folder, path, None, _hosts.ranks() is not None)
     name, shown = _decide(given, timeout, os.fspath(dirpath))
     _RESUMED["last"] = given._replace(name=name)
     return None if name is None else os.path.join(shown, name)
@@ -323,7 +325,7 @@ _RESUMED: dict[str, _strategies.Resumed] = {}  # this process's last answer, for
 
 
 def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:
-    """The name of the checkpoint to resume from in ``given.folder`` (``_collective.decide``: rank 0
+    """The name of the checkpoint to resume from in ``given.folder`` (``_resuming.decide``: rank 0
     reads), and the folder as it is shown."""
     shown = given.folder if shown is None else shown
     folder, path = given.folder, given.status_path or _status_path(given.folder, None)
@@ -336,7 +338,7 @@ def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None
         _warn_unrecorded(folder, path)
         return entry
 
-    entry = _collective.decide(choose, _collective.entry_files, folder,
+    entry = _resuming.decide(choose, _resuming.entry_files, folder,
                                what=f"the newest complete checkpoint of {shown}", timeout=timeout)
     return (None if entry is None else entry["file_path"]), shown
 

@@ -59,8 +59,8 @@ from .._committing import retold
 from .._errors import TrainingStatusTypeError, TrainingStatusValueError
 from .._remote.location import url_scheme
 from .._store import StatusStore
-from ._ray_storage import STATUS_FILE, Storage
-from ._ray_resume import newest_whole
+from ._ray.storage import STATUS_FILE, Storage
+from ._ray.resume import newest_whole
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "last_complete_checkpoint"]
 

@@ -43,7 +43,8 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
-from ._common import Words, choose, newest_whole, reasons, remove_stale_temps
+from ._shared.choice import Words, choose, newest_whole, reasons
+from ._shared.upkeep import remove_stale_temps
 
 __all__ = ["STATUS_FILE", "TrainStatusCheckpointCallback", "last_complete_checkpoint"]
 

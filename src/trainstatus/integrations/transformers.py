@@ -15,7 +15,7 @@ finished. Here:
   the callback resumes from it when given ``resume_from_checkpoint=True`` too.
 - Under ``torchrun``, ``accelerate launch`` or any launcher whose processes form a
   ``torch.distributed`` process group, the record and the resume decision are collectives
-  (``_collective``): every rank's files of a save (RNG states, shards) are durable before rank 0
+  (``_ranks``): every rank's files of a save (RNG states, shards) are durable before rank 0
   records the folder, and every rank resumes from the folder rank 0 chose, or raises the same error.
 
 Usage (two lines differ from Transformers' own recipe)::
@@ -47,11 +47,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from .._checkpoints.checkpoint_list import CheckpointList
 from .._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusTypeError, warn
 from .._store import StatusStore
-from . import _collective
-from ._common import Words, newest_whole, pick, reasons, warn_passed_over
-from ._transformers_folders import unrecorded, warn_unrecorded, whole
-from ._transformers_upkeep import Best, best_fix, drop_later, remove, rotate
-from ._transformers_upkeep import output_dir as _output_dir
+from ._ranks import hosts as _hosts
+from ._ranks import resuming as _resuming
+from ._ranks import saving as _saving
+from ._shared.choice import Words, newest_whole, pick, reasons, warn_passed_over
+from ._transformers.folders import unrecorded, warn_unrecorded, whole
+from ._transformers.upkeep import Best, best_fix, drop_later, remove, rotate
+from ._transformers.upkeep import output_dir as _output_dir
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "last_complete_checkpoint"]
 
@@ -144,12 +146,12 @@ class TrainStatusCallback(TrainerCallback):
         # None turns it off. A second train() finds None here and keeps the limit taken before.
         if args.save_total_limit is not None:
             self._taken, args.save_total_limit = args.save_total_limit, None
-        if _collective.ranks() is None and not args.should_save:
+        if _hosts.ranks() is None and not args.should_save:
             return
         # Under a process group rank 0 alone reads and writes the list; every rank takes its best
         # checkpoint, and its error (a damaged status file) stops every rank, not rank 0 alone.
         root = os.path.abspath(_output_dir(args))
-        fix = _collective.decide(lambda: self._begin(args, state), lambda _: {}, root,
+        fix = _resuming.decide(lambda: self._begin(args, state), lambda _: {}, root,
                                  what=f"the checkpoints recorded for {root} at step {state.global_step}",
                                  timeout=_timeout(args))
         if fix is not None:
@@ -162,14 +164,14 @@ class TrainStatusCallback(TrainerCallback):
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
-        me = _collective.ranks()
+        me = _hosts.ranks()
         if me is None and not args.should_save:
             return
         root = os.path.abspath(_output_dir(args))
         name = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         # Under a process group: once every rank's save returned and its files are fsynced, rank 0
         # records; every rank waits for the record (no rank's next save, and no rotation, before it).
-        recorded = _collective.record(os.path.join(root, name), _status_path(root, self.status_path),
+        recorded = _saving.record(os.path.join(root, name), _status_path(root, self.status_path),
                                       lambda synced: self._record(args, state, name, synced),
                                       what=f"{name} of {root}", timeout=_timeout(args))
         if self._limit is not None and (me is None or me.rank == 0):
@@ -185,9 +187,9 @@ class TrainStatusCallback(TrainerCallback):
                 path=checkpoints.store.path, category=CATEGORY, file_path=name,
             )
         # add() fsyncs each file, each folder and the folders above up to the status file's, unless
-        # every rank did already (synced: _collective.record, which also has world_size kept).
+        # every rank did already (synced: _saving.record, which also has world_size kept).
         return checkpoints._add(state.global_step, name, reward=_metric(args, state), synced=synced,
-                                fields=_collective.entry_fields())
+                                fields=_saving.entry_fields())
 
     @property
     def _limit(self) -> int | None:
@@ -196,7 +198,7 @@ class TrainStatusCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        me = _collective.ranks()
+        me = _hosts.ranks()
         writer = args.should_save if me is None else me.rank == 0
         if writer and self._limit == 1 and state.best_model_checkpoint is not None:
             # The Trainer's own rule at the end of training (skipped: it read None): with a limit
@@ -305,8 +307,8 @@ def _timeout(args: Any) -> float | None:
 
 
 def _decide(choose: Callable[[], dict[str, Any] | None], root: str, timeout: float | None) -> dict[str, Any] | None:
-    """``choose()`` on rank 0, the same entry on every rank, each rank seeing its files (``_collective.decide``)."""
-    return _collective.decide(choose, _collective.entry_files, root, what=f"the newest whole checkpoint of {root}",
+    """``choose()`` on rank 0, the same entry on every rank, each rank seeing its files (``_resuming.decide``)."""
+    return _resuming.decide(choose, _resuming.entry_files, root, what=f"the newest whole checkpoint of {root}",
                               timeout=timeout)
 
 
@@ -314,7 +316,7 @@ def _warn_alone(root: str, status_path: str) -> None:
     """Warn when this process is one of several a launcher started but has no process group yet:
     it chooses alone, and another rank may choose another folder."""
     world = os.environ.get("WORLD_SIZE", "")
-    if world.isdigit() and int(world) > 1 and _collective.ranks() is None:
+    if world.isdigit() and int(world) > 1 and _hosts.ranks() is None:
         warn(TrainingStatusCheckpointWarning(
             f"last_complete_checkpoint({root!r}) ran in one of {world} processes (WORLD_SIZE={world}) before "
             "this one joined their torch.distributed process group: it chose alone, and the ranks may resume "

@@ -33,16 +33,19 @@ import lightning.pytorch.strategies as pl_strategies
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, Strategy
 from lightning.pytorch.strategies.xla import XLAStrategy
 
-from .._errors import (
+from ..._errors import (
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointNotShared,
     TrainingStatusCheckpointWarning,
     TrainingStatusTypeError,
 )
-from . import _collective, _collectives
-from ._common import drop
-from ._dcp_folders import METADATA
-from ._lightning_common import local, score, status_path
+from .._ranks.collectives import from_rank_0, gather, group
+from .._ranks.hosts import ranks
+from .._ranks.resuming import decide
+from .._ranks.saving import entry_fields, record
+from .._shared.upkeep import drop
+from .._formats.dcp_metadata import METADATA
+from .common import local, score, status_path
 
 __all__ = ["IO", "SHARDED", "Resumed", "agree", "how_it_saves", "record_sharded_saves", "timeout_of"]
 
@@ -99,10 +102,10 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None)
     rank runs the wrapper, as Lightning calls the save on every rank:
 
     1. A folder about to be saved over (``last.ckpt``) is first dropped from the list, by rank 0,
-       and no rank begins the save before that write (``_collective.decide``): a folder half
+       and no rank begins the save before that write (``_ranks.resuming.decide``): a folder half
        written over is never found listed (same-size shards would pass a size check).
     2. The strategy saves (``dcp.save`` on every rank, then ``meta.pt`` on rank 0).
-    3. ``_collective.record``: every rank fsyncs the files, waits for every rank's save to have
+    3. ``_ranks.saving.record``: every rank fsyncs the files, waits for every rank's save to have
        returned, and rank 0 records the folder (every file with its size) once it sees every
        rank's files, only if ``.metadata`` is there.
     """
@@ -115,7 +118,7 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None)
         steps = steps if type(steps) is int else 0
         reward = score(checkpoint, folder)  # before the save: it pops the state out of the dict
         what = f"{name} of {folder} (step {steps})"
-        _collective.decide(lambda: _unlist(plugin.checkpoints(folder), target), lambda _: {}, folder,
+        decide(lambda: _unlist(plugin.checkpoints(folder), target), lambda _: {}, folder,
                            what=f"the entry of {what} to drop before it is saved over", timeout=timeout)
         original(checkpoint, filepath, storage_options=storage_options)
 
@@ -129,10 +132,10 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None)
                     path=status_path(folder, plugin.status_path), file_path=name,
                 )
             recorded: dict[str, Any] = plugin.checkpoints(folder)._add(steps, name, reward=reward, synced=synced,
-                                                                       fields=_collective.entry_fields())
+                                                                       fields=entry_fields())
             return recorded
 
-        _collective.record(target, status_path(folder, plugin.status_path), write, what=what, timeout=timeout)
+        record(target, status_path(folder, plugin.status_path), write, what=what, timeout=timeout)
 
     strategy.save_checkpoint = save_checkpoint  # type: ignore[method-assign, unused-ignore]
 
@@ -170,28 +173,35 @@ def agree(resumed: Resumed | None, again: Callable[[Resumed, str], str | None], 
     ``TrainingStatusCheckpointNotShared``. Names are compared, not paths: a share may be mounted at
     other paths on other nodes.
     """
-    me = _collective.ranks()
+    me = ranks()
     if me is None:
         return
-    group, seconds = _collectives.group(timeout)
-    answers = _collectives.all_gather((me.rank, me.host, resumed), group, seconds, me, "checking the resume")
-    first = answers[0][2]
+    link = group(timeout)
+    doing = "checking the resume"
+    answers = gather((me.host, resumed), link, me, doing)
+    first: Resumed | None = from_rank_0(lambda: answers[0][1] if answers else None, me, link, doing)
     if first is None or first.collective:
         return  # rank 0 resumed from a path of its own, or from a decision every rank took part in
     with warnings.catch_warnings():  # rank 0 warned about what it passed over when it first read
         warnings.simplefilter("ignore", TrainingStatusCheckpointWarning)
         chosen = again(resumed if resumed is not None else first, first.folder)  # the same on every rank
-    differ = [(rank, host, given.name) for rank, host, given in answers if given is not None and given.name != chosen]
-    if differ:
-        listed = ", ".join(f"rank {rank} on {host} with {_named(name)}" for rank, host, name in differ)
-        raise TrainingStatusCheckpointNotShared(
-            f"Not every rank resumes from the same checkpoint: rank 0 resumes from {_named(chosen)} of "
-            f"{first.folder}, but last_complete_checkpoint() answered {listed}, having read another status file "
-            "or folder. No rank resumes. Every rank must see the same checkpoint folder and status file (a shared "
-            "filesystem mounted on every node): give every rank the same dirpath and status_path.",
-            ranks=[rank for rank, _, _ in differ], hosts=sorted({host for _, host, _ in differ}),
-            path=first.status_path,
-        )
+
+    def verdict() -> None:
+        assert answers is not None
+        differ = [(rank, host, given.name) for rank, (host, given) in enumerate(answers)
+                  if given is not None and given.name != chosen]
+        if differ:
+            listed = ", ".join(f"rank {rank} on {host} with {_named(name)}" for rank, host, name in differ)
+            raise TrainingStatusCheckpointNotShared(
+                f"Not every rank resumes from the same checkpoint: rank 0 resumes from {_named(chosen)} of "
+                f"{first.folder}, but last_complete_checkpoint() answered {listed}, having read another status "
+                "file or folder. No rank resumes. Every rank must see the same checkpoint folder and status file (a "
+                "shared filesystem mounted on every node): give every rank the same dirpath and status_path.",
+                ranks=[rank for rank, _, _ in differ], hosts=sorted({host for _, host, _ in differ}),
+                path=first.status_path,
+            )
+
+    from_rank_0(verdict, me, link, doing)
 
 
 def _named(name: str | None) -> str:

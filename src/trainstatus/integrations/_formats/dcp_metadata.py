@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._checkpoints.files import FILES
+from ..._checkpoints.files import FILES
 
 __all__ = ["METADATA", "chunks", "reader", "whole"]
 

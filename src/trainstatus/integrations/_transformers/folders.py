@@ -20,11 +20,12 @@ from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .._checkpoints.checkpoint_list import CheckpointList
-from .._checkpoints.files import CHECKPOINTS, FILES, _faults
-from .._errors import TrainingStatusCheckpointWarning, warn
-from .._store import StatusStore
-from . import _safetensors, _torch_zip
+from ..._checkpoints.checkpoint_list import CheckpointList
+from ..._checkpoints.files import CHECKPOINTS, FILES, _faults
+from ..._errors import TrainingStatusCheckpointWarning, warn
+from ..._store import StatusStore
+from .._formats import safetensors as _safetensors
+from .._formats import torch_zip as _torch_zip
 
 __all__ = ["TRAINER_STATE", "problem", "unrecorded", "warn_unrecorded", "whole"]
 

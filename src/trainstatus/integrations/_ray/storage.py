@@ -24,9 +24,9 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._checkpoints.files import FILES
-from .._errors import TrainingStatusCheckpointError, TrainingStatusValueError
-from .._remote.location import url_scheme
+from ..._checkpoints.files import FILES
+from ..._errors import TrainingStatusCheckpointError, TrainingStatusValueError
+from ..._remote.location import url_scheme
 
 __all__ = ["STATUS_FILE", "Storage"]
 

@@ -16,10 +16,11 @@ from typing import Any
 from transformers import TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .._checkpoints.checkpoint_list import CheckpointList
-from .._errors import TrainingStatusCheckpointWarning, warn
-from ._common import choose, drop, reasons
-from ._transformers_folders import problem, whole
+from ..._checkpoints.checkpoint_list import CheckpointList
+from ..._errors import TrainingStatusCheckpointWarning, warn
+from .._shared.choice import choose, reasons
+from .._shared.upkeep import drop
+from .folders import problem, whole
 
 __all__ = ["Best", "best_fix", "drop_later", "output_dir", "remove", "rotate"]
 

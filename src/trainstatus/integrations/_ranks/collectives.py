@@ -1,18 +1,18 @@
-"""The collectives ``_collective`` runs, on a gloo group of their own, and the errors that name the
-rank a failed one waited for.
+"""The collectives the record and the resume decision run, on a gloo group of their own, and the
+errors that name the rank a failed one waited for.
 
 Each is one ``torch.distributed`` call (``monitored_barrier``, ``gather_object``,
-``all_gather_object``, ``broadcast_object_list``) wrapped so that a failure (a timeout, a peer that
+``broadcast_object_list``, and once per group ``all_gather_object`` of the ranks' hosts) wrapped so that a failure (a timeout, a peer that
 died) becomes a ``TrainingStatusCollectiveError`` naming the ranks that did not answer: rank 0's
 ``monitored_barrier`` names them itself; for the others, each rank notes in the process group's
-own store which collective it entered (``_Progress``), so the failing rank can tell which ranks
+own store which collective it entered (``Progress``), so the failing rank can tell which ranks
 never reached it.
 
-torch is never imported here: every call reaches ``torch.distributed`` through ``distributed()``,
-which finds it in ``sys.modules`` (a process group exists only if the program imported it). That
-function is the seam tests replace: tests/_fake_group.py runs each rank as a thread with a
-``Distributed`` of its own (a stand-in for ``torch.distributed`` over queues, a host name, its own
-groups and progress), so the protocol of ``_collective`` runs in milliseconds without torch.
+torch is never imported here: every call reaches ``torch.distributed`` through
+``hosts.distributed()``, which finds it in ``sys.modules`` (a process group exists only if the
+program imported it). That function is the seam tests replace: tests/_fake_group.py runs each rank
+as a thread with a ``Distributed`` of its own (a stand-in for ``torch.distributed`` over queues, a
+host, its own groups and progress), so the protocol runs in milliseconds without torch.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import datetime
-import socket
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .._errors import TrainingStatusCollectiveError
+from ..._errors import TrainingStatusCollectiveError, TrainingStatusError
+from . import hosts as _hosts
+from .hosts import Hosts, Ranks
 
-__all__ = ["DEFAULT_TIMEOUT", "Distributed", "Ranks", "all_gather", "barrier", "broadcast", "distributed", "gather",
-           "group", "ranks"]
+__all__ = ["DEFAULT_TIMEOUT", "Link", "Progress", "barrier", "broadcast", "from_rank_0", "gather", "group", "hosts_of"]
 
 DEFAULT_TIMEOUT = 1800.0
 """Seconds a collective waits for every rank when no timeout is given: torch's own default
@@ -37,79 +36,49 @@ DEFAULT_TIMEOUT = 1800.0
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(frozen=True)
-class Ranks:
-    """This process's place in the default process group."""
+@dataclasses.dataclass
+class Link:
+    """What a collective runs on: our gloo group, its timeout in seconds, and the hosts of its ranks
+    (``hosts_of``: found at the first collective that needs them)."""
 
-    rank: int
-    world_size: int
-    host: str
-
-
-class Distributed:
-    """This process's way to ``torch.distributed``, and what the collectives keep per process: the
-    gloo groups made (by timeout) and the progress noted in the process group's store.
-
-    ``module()`` is ``torch.distributed`` if the program imported it, else None; ``host()`` names
-    this machine in messages. A stand-in (tests/_fake_group.py) overrides both and answers every
-    call this module makes of the real one, as torch does.
-    """
-
-    def __init__(self) -> None:
-        self.groups: dict[float, Any] = {}  # timeout: the gloo group made for it
-        self.progress = _Progress(self)
-
-    def module(self) -> Any:
-        return sys.modules.get("torch.distributed")
-
-    def host(self) -> str:
-        return socket.gethostname()
-
-    def loaded(self) -> Any:
-        """``module()``, which is there once ``ranks()`` found a process group."""
-        dist = self.module()
-        assert dist is not None, "a collective ran without a process group (ranks() is None)"
-        return dist
+    group: Any
+    seconds: float
+    hosts: Hosts | None = None
 
 
-def distributed() -> Distributed:
-    """The ``Distributed`` the collectives of this process (of this rank) run on: the one over the
-    real ``torch.distributed``. Tests replace this function (see the module docstring)."""
-    return _PROCESS
-
-
-def ranks() -> Ranks | None:
-    """This process's rank, the world size and this host, or None when no process group of two or
-    more ranks is initialized (then every call of this module is the one-process call it wraps)."""
-    place = distributed()
-    dist = place.module()
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    world = int(dist.get_world_size())
-    if world < 2:
-        return None
-    return Ranks(int(dist.get_rank()), world, place.host())
-
-
-def group(timeout: float | None) -> tuple[Any, float]:
+def group(timeout: float | None) -> Link:
     """The gloo group of this process group and ``timeout`` (made on first use: every rank makes it
-    at the same call, as ``new_group`` requires), and the timeout in seconds.
+    at the same call, as ``new_group`` requires), with its timeout in seconds.
 
     A group destroyed since (``destroy_process_group()`` destroys every group; a run may then
     initialize a new one) is no longer in torch's registry of groups, and is made again. Only our
     own group is kept: holding the default group's object past its ``destroy_process_group()``
     made torch abort at exit ("terminate called without an active exception") now and then.
     """
-    place = distributed()
+    place = _hosts.distributed()
     dist = place.loaded()
     seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    group = place.groups.get(seconds)
-    if group is None or group not in dist.distributed_c10d._world.pg_map:
-        group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
-        if not place.groups:
-            atexit.register(place.groups.clear)  # released before the interpreter's own teardown
-        place.groups[seconds] = group
-    return group, seconds
+    link = place.links.get(seconds)
+    if link is None or link.group not in dist.distributed_c10d._world.pg_map:
+        made = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
+        if not place.links:
+            atexit.register(place.links.clear)  # released before the interpreter's own teardown
+        link = place.links[seconds] = Link(made, seconds)
+    return link
+
+
+def hosts_of(link: Link, me: Ranks, doing: str) -> Hosts:
+    """The hosts of ``link``'s ranks: all-gathered once per group (every rank calls this at the same
+    step of the protocol the first time, as a collective requires), kept with the group."""
+    if link.hosts is None:
+        place = _hosts.distributed()
+        dist = place.loaded()
+        seen: list[Any] = [None] * me.world_size
+        mine = (place.machine(), me.host)
+        _collective(f"the hosts of {doing}", lambda: dist.all_gather_object(seen, mine, group=link.group),
+                    link.seconds, me, doing, "a rank stopped answering")
+        link.hosts = Hosts.of(seen)
+    return link.hosts
 
 
 def _failed(me: Ranks, doing: str, seconds: float, who: str, exc: BaseException) -> TrainingStatusCollectiveError:
@@ -123,8 +92,11 @@ def _failed(me: Ranks, doing: str, seconds: float, who: str, exc: BaseException)
 
 def _collective(step: str, call: Callable[[], T], seconds: float, me: Ranks, doing: str, unnamed: str) -> T:
     """``call()`` (one collective), named ``step``; when it fails, the error names the ranks that
-    have not reached it, as far as torch's own store says (``_Progress``), else ``unnamed``."""
-    progress = distributed().progress
+    have not reached it, as far as torch's own store says (``Progress``), else ``unnamed``."""
+    place = _hosts.distributed()
+    if place.progress is None:
+        place.progress = Progress(place)
+    progress: Progress = place.progress
     progress.enter(me, step)
     try:
         return call()
@@ -132,7 +104,7 @@ def _collective(step: str, call: Callable[[], T], seconds: float, me: Ranks, doi
         raise _failed(me, doing, seconds, progress.behind(me) or unnamed, exc) from exc
 
 
-class _Progress:
+class Progress:
     """Where each rank is in the sequence of collectives, in the process group's own key-value
     store (``torch.distributed``'s TCPStore, which ``torchrun`` and ``init_process_group`` make):
     one key per rank, set before each collective. When a collective fails (a rank that died
@@ -140,7 +112,7 @@ class _Progress:
     key is behind are the ones that did not answer. Any failure of the store itself leaves the
     error unnamed: this is for the message, never for the protocol."""
 
-    def __init__(self, place: Distributed) -> None:
+    def __init__(self, place: Any) -> None:
         self.place = place
         self.count = 0  # collectives entered by this process: the same on every rank
         self.store: Any = None
@@ -185,38 +157,57 @@ class _Progress:
         return f"{', '.join(late)} did not answer"
 
 
-_PROCESS = Distributed()  # this process's, over the real torch.distributed
-
-
-def barrier(group: Any, seconds: float, me: Ranks, doing: str) -> None:
-    dist = distributed().loaded()
+def barrier(link: Link, me: Ranks, doing: str) -> None:
+    dist = _hosts.distributed().loaded()
     # Rank 0 hears from each rank (torch's own message names those that did not answer: "Ranks 1, 3
     # failed to pass monitoredBarrier"); the others only hear from rank 0.
     unnamed = "some ranks did not arrive (a save still running, or a rank that stopped)" if me.rank == 0 else \
         "rank 0 did not answer"
     _collective(f"the barrier of {doing}", lambda: dist.monitored_barrier(
-        group=group, timeout=datetime.timedelta(seconds=seconds), wait_all_ranks=True), seconds, me, doing, unnamed)
+        group=link.group, timeout=datetime.timedelta(seconds=link.seconds), wait_all_ranks=True), link.seconds, me,
+        doing, unnamed)
 
 
-def gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any] | None:
-    dist = distributed().loaded()
+def gather(item: Any, link: Link, me: Ranks, doing: str) -> list[Any] | None:
+    """Every rank's ``item`` on rank 0 (in rank order), None on the others."""
+    dist = _hosts.distributed().loaded()
     out: list[Any] | None = [None] * me.world_size if me.rank == 0 else None
-    _collective(f"the gather of {doing}", lambda: dist.gather_object(item, out, dst=0, group=group), seconds, me,
-                doing, "a rank stopped answering")
+    _collective(f"the gather of {doing}", lambda: dist.gather_object(item, out, dst=0, group=link.group),
+                link.seconds, me, doing, "a rank stopped answering")
     return out
 
 
-def all_gather(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> list[Any]:
-    dist = distributed().loaded()
-    out: list[Any] = [None] * me.world_size
-    _collective(f"the check of {doing}", lambda: dist.all_gather_object(out, item, group=group), seconds, me,
-                doing, "a rank stopped answering")
-    return out
-
-
-def broadcast(item: Any, group: Any, seconds: float, me: Ranks, doing: str) -> Any:
-    dist = distributed().loaded()
+def broadcast(item: Any, link: Link, me: Ranks, doing: str) -> Any:
+    """Rank 0's ``item`` on every rank."""
+    dist = _hosts.distributed().loaded()
     box = [item]
-    _collective(f"the outcome of {doing}", lambda: dist.broadcast_object_list(box, src=0, group=group), seconds,
-                me, doing, "rank 0 did not answer" if me.rank else "a rank stopped answering")
+    _collective(f"the outcome of {doing}", lambda: dist.broadcast_object_list(box, src=0, group=link.group),
+                link.seconds, me, doing, "rank 0 did not answer" if me.rank else "a rank stopped answering")
     return box[0]
+
+
+def from_rank_0(produce: Callable[[], T], me: Ranks, link: Link, doing: str) -> T:
+    """What ``produce()`` returns on rank 0, on every rank; if it raises, every rank raises it (the
+    others a copy, ``_shipped``) and no rank waits for an answer that will not come."""
+    outcome: Any = None
+    if me.rank == 0:
+        try:
+            outcome = produce()
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, then rank 0 raises it
+            broadcast(_shipped(exc, me, doing), link, me, doing)
+            raise
+    outcome = broadcast(outcome, link, me, doing)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome  # type: ignore[no-any-return]
+
+
+def _shipped(exc: Exception, me: Ranks, doing: str) -> TrainingStatusError:
+    """What the other ranks raise for the error rank 0 met: the same error when it is one of ours
+    (they pickle whole), else a ``TrainingStatusError`` that names it (any other may not pickle)."""
+    if isinstance(exc, TrainingStatusError):
+        return exc
+    return TrainingStatusError(
+        f"Rank 0 on {me.host} failed {doing}: {type(exc).__name__}: {exc}. Rank 0 raised it; its output "
+        "has the whole traceback."
+    )

@@ -13,14 +13,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .._checkpoints.checkpoint_list import CheckpointList
-from .._checkpoints.files import CHECKPOINTS
-from .._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
-from .._remote.location import url_scheme
-from .._storage import history as _history
-from .._store import StatusStore
-from ._common import choose, reasons
-from ._ray_storage import Storage
+from ..._checkpoints.checkpoint_list import CheckpointList
+from ..._checkpoints.files import CHECKPOINTS
+from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
+from ..._remote.location import url_scheme
+from ..._storage import history as _history
+from ..._store import StatusStore
+from .._shared.choice import choose, reasons
+from .storage import Storage
 
 __all__ = ["newest_whole"]
 

@@ -9,9 +9,10 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._checkpoints.files import FILES
-from .._errors import TrainingStatusError
-from . import _dcp_folders, _torch_zip
+from ..._checkpoints.files import FILES
+from ..._errors import TrainingStatusError
+from .._formats import dcp_metadata as _dcp_folders
+from .._formats import torch_zip as _torch_zip
 
 __all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "local", "score", "status_path", "whole"]
 

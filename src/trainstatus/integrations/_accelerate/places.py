@@ -10,8 +10,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import TrainingStatusTypeError, TrainingStatusValueError
-from ._accelerate_folders import CHECKPOINTS_DIR, random_states
+from ..._errors import TrainingStatusTypeError, TrainingStatusValueError
+from .folders import CHECKPOINTS_DIR, random_states
 
 __all__ = ["CATEGORY", "STATUS_FILE", "Place", "place", "project", "refuse_misplaced", "saving", "shown_path"]
 

@@ -27,8 +27,9 @@ import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._checkpoints.files import CHECKPOINTS, FILES
-from . import _safetensors, _torch_zip
+from ..._checkpoints.files import CHECKPOINTS, FILES
+from .._formats import safetensors as _safetensors
+from .._formats import torch_zip as _torch_zip
 
 __all__ = ["CHECKPOINTS_DIR", "number", "random_states", "sweep", "unrecorded", "whole"]
 
@@ -38,7 +39,7 @@ _FOLDER = re.compile(r"checkpoint_([0-9]+)")  # Accelerate's automatic name, who
 _TORCH_SAVED = (".bin", ".pkl", ".pt", ".pth")
 _ZIP = b"PK\x03\x04"  # torch.save's format since torch 1.6
 _METADATA = ".metadata"  # torch.distributed.checkpoint's plan, written last
-WORLD_SIZE = "world_size"  # the entry's field _collective.entry_fields() writes
+WORLD_SIZE = "world_size"  # the entry's field _ranks.saving.entry_fields() writes
 
 
 def random_states(process: int) -> str:
@@ -92,7 +93,7 @@ def _zip_problem(path: str) -> str | None:
 
 
 def _dcp_problem(root: str, name: str, files: Mapping[str, Any]) -> str | None:
-    from ._dcp_folders import chunks  # torch.distributed.checkpoint: only for a sharded save
+    from .._formats.dcp_metadata import chunks  # torch.distributed.checkpoint: only for a sharded save
 
     folder = os.path.dirname(name)
     try:

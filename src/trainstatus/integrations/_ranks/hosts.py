@@ -1,0 +1,122 @@
+"""Who this process is in a process group: its rank, the world size, and the host it runs on.
+
+A host, for the many-rank protocol, is a view of the files: one kernel (its page cache, which an
+fsync flushes, belongs to the machine, not to a rank) and one mount namespace (what the paths
+name). Ranks that share one need only one of them to fsync and list a checkpoint folder; the
+lowest rank of each host does (``Hosts.leads``). The key (``Distributed.machine``) is the host
+name, the kernel's boot id and the mount namespace: two containers given the same host name on
+two machines differ by their boot ids, two containers of one machine with folders of their own by
+their mount namespaces. Where ``/proc`` cannot tell, every rank is a host of its own (each fsyncs
+and lists: slower, never wrong).
+
+``Distributed`` is the seam tests replace (tests/_fake_group.py): this process's way to
+``torch.distributed``, its host, and what the collectives keep per process. torch is never
+imported here: a process group exists only if the program imported ``torch.distributed``, so
+``sys.modules`` says whether there is one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+from typing import Any
+
+__all__ = ["Distributed", "Hosts", "Ranks", "distributed", "ranks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranks:
+    """This process's place in the default process group."""
+
+    rank: int
+    world_size: int
+    host: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Hosts:
+    """The hosts of a process group: for each rank, its host's name and the lowest rank on its
+    host (the one that fsyncs, lists and checks files for every rank there)."""
+
+    names: tuple[str, ...]
+    leaders: tuple[int, ...]
+
+    @classmethod
+    def of(cls, seen: list[tuple[str, str]]) -> Hosts:
+        """From each rank's ``(machine key, host name)``, in rank order."""
+        first: dict[str, int] = {}
+        for rank, (key, _) in enumerate(seen):
+            first.setdefault(key, rank)
+        return cls(tuple(name for _, name in seen), tuple(first[key] for key, _ in seen))
+
+    def leads(self, rank: int) -> bool:
+        return self.leaders[rank] == rank
+
+    def on_host_of(self, rank: int) -> list[int]:
+        """Every rank on ``rank``'s host, ``rank`` among them."""
+        leader = self.leaders[rank]
+        return [other for other, lead in enumerate(self.leaders) if lead == leader]
+
+    def count(self) -> int:
+        return len(set(self.leaders))
+
+
+class Distributed:
+    """This process's way to ``torch.distributed``, and what the collectives keep per process: the
+    gloo groups made (by timeout, with the hosts of their ranks) and the progress noted in the
+    process group's store.
+
+    ``module()`` is ``torch.distributed`` if the program imported it, else None; ``host()`` names
+    this machine in messages; ``machine()`` is the key ranks that share one view of the files have
+    in common (module docstring). A stand-in (tests/_fake_group.py) overrides the three and answers
+    every call the collectives make of the real module, as torch does.
+    """
+
+    def __init__(self) -> None:
+        self.links: dict[float, Any] = {}  # timeout: collectives.Link, the gloo group made for it
+        self.progress: Any = None  # collectives.Progress, made on first use
+
+    def module(self) -> Any:
+        return sys.modules.get("torch.distributed")
+
+    def host(self) -> str:
+        return socket.gethostname()
+
+    def machine(self) -> str:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                boot = f.read().strip()
+            mounts = os.stat("/proc/self/ns/mnt").st_ino
+        except OSError:
+            return f"{self.host()}/pid {os.getpid()}"  # cannot tell: a host of its own
+        return f"{self.host()}/{boot}/{mounts}"
+
+    def loaded(self) -> Any:
+        """``module()``, which is there once ``ranks()`` found a process group."""
+        dist = self.module()
+        assert dist is not None, "a collective ran without a process group (ranks() is None)"
+        return dist
+
+
+def distributed() -> Distributed:
+    """The ``Distributed`` the collectives of this process (of this rank) run on: the one over the
+    real ``torch.distributed``. Tests replace this function (see the module docstring)."""
+    return _PROCESS
+
+
+def ranks() -> Ranks | None:
+    """This process's rank, the world size and this host, or None when no process group of two or
+    more ranks is initialized (then every call of the protocol is the one-process call it wraps)."""
+    place = distributed()
+    dist = place.module()
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    world = int(dist.get_world_size())
+    if world < 2:
+        return None
+    return Ranks(int(dist.get_rank()), world, place.host())
+
+
+_PROCESS = Distributed()  # this process's, over the real torch.distributed

@@ -1,0 +1,90 @@
+"""A run's resume decision, the same on every rank, as collectives of ``torch.distributed``.
+
+1. Rank 0 chooses the checkpoint (``choose``: the status file and the checkpoints' metadata read
+   once, not once per rank) and broadcasts it.
+2. One rank per host (``hosts.Hosts.leads``) checks that its host sees each recorded file with its
+   recorded size (``views.unseen``); the verdicts are gathered to rank 0.
+3. If any host cannot, rank 0 raises ``TrainingStatusCheckpointNotShared`` naming the ranks and
+   hosts that cannot, and every rank raises the same (``collectives.from_rank_0``); else every
+   rank returns the same choice.
+
+Every rank of a host sees the same files: one check a host, never one a rank, against a (often
+shared, network) filesystem. Without a process group of two ranks or more, ``decide`` is
+``choose()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from ..._checkpoints.files import FILES
+from ..._errors import TrainingStatusCheckpointNotShared
+from .collectives import from_rank_0, gather, group, hosts_of
+from .hosts import Hosts
+from .hosts import ranks
+from .views import unseen
+
+__all__ = ["decide", "entry_files"]
+
+T = TypeVar("T")
+
+
+def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], root: str, *, what: str,
+           timeout: float | None = None) -> T:
+    """The resume decision ``choose()`` (rank 0 runs it), the same on every rank.
+
+    ``files(chosen)`` are the chosen checkpoint's recorded files (paths relative to ``root``, with
+    their sizes): one rank per host checks its host sees each with its size. If any cannot, every
+    rank raises the same ``TrainingStatusCheckpointNotShared``; an error ``choose`` raised is
+    raised on every rank. Without a process group: ``choose()``.
+    """
+    me = ranks()
+    if me is None:
+        return choose()
+    link = group(timeout)
+    doing = f"choosing {what}"
+    chosen = from_rank_0(choose, me, link, doing)
+    hosts = hosts_of(link, me, doing)
+    problem = None
+    if chosen is not None and hosts.leads(me.rank):
+        problem = unseen(root, files(chosen))
+    reports = gather(problem, link, me, doing)
+
+    def verdict() -> None:
+        assert reports is not None
+        failed = [(rank, why) for rank, why in enumerate(reports) if why is not None]
+        if failed:
+            raise _not_shared(failed, hosts, what)
+
+    from_rank_0(verdict, me, link, doing)
+    return chosen
+
+
+def _not_shared(failed: list[tuple[int, str]], hosts: Hosts, what: str) -> TrainingStatusCheckpointNotShared:
+    """The error every rank raises when the hosts of ``failed`` (leader, why) cannot resume."""
+    every = sorted(rank for leader, _ in failed for rank in hosts.on_host_of(leader))
+    listed = "; ".join(f"rank{'s' if len(hosts.on_host_of(leader)) > 1 else ''} "
+                       f"{_ranks(hosts.on_host_of(leader))} on {hosts.names[leader]}: {why}" for leader, why in failed)
+    return TrainingStatusCheckpointNotShared(
+        f"Not every rank can resume from {what}: {listed}. Every rank must see the same checkpoint "
+        f"folder (rank{'s' if len(every) > 1 else ''} {_ranks(every)} cannot), so none resumes. Put the "
+        "checkpoints on storage every node mounts at the same path (a shared filesystem), or copy "
+        "the folder to every node's path, and start again.",
+        ranks=every, hosts=sorted({hosts.names[leader] for leader, _ in failed}),
+    )
+
+
+def _ranks(numbers: list[int]) -> str:
+    """``1``, ``1, 3``, or ``4-7`` for a run of ranks (a host's), so a message stays short at scale."""
+    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]}-{numbers[-1]}"
+    shown = ", ".join(str(rank) for rank in numbers[:8])
+    return shown + (f" and {len(numbers) - 8} more" if len(numbers) > 8 else "")
+
+
+def entry_files(entry: Mapping[str, Any] | None) -> dict[str, int]:
+    """A recorded entry's files with their sizes (``files``), for ``decide``."""
+    if entry is None or not isinstance(entry.get(FILES), Mapping):
+        return {}
+    return {name: size for name, size in entry[FILES].items() if type(size) is int}

@@ -1,0 +1,177 @@
+"""A checkpoint's record once every rank's files in it are durable, as collectives of
+``torch.distributed``: every rank calls ``record`` once its own save returned.
+
+1. A barrier (``monitored_barrier``, naming the ranks that do not arrive within the timeout): every
+   rank's save has returned, so from here on the files are final.
+2. One rank per host (``hosts.Hosts.leads``) fsyncs every file its host sees in the folder, the
+   folders in it and the folders above, and lists them with their sizes, in one walk
+   (``views.survey``): a writer's dirty pages are flushed only from its own machine, and every
+   rank of a machine sees the same files, so one walk a host covers every file written there.
+3. The hosts' views are gathered to rank 0 as digests (``views.digest``): on a shared filesystem
+   every host sees the same, and rank 0 compares one short string per host with its own. Hosts
+   whose digest differs are asked for their whole view, with rank 0's: each first opens the files
+   of rank 0's view its listing lacks or shows with another size (a listing may be stale on a
+   network filesystem), and rank 0 opens those of theirs it lacks, before anything is refused.
+4. Rank 0 records (``write``) only when every host sees every file with the same size; its outcome
+   (the entry, or the error) is broadcast, so every rank returns the same entry or raises the same
+   error, and no rank goes on (and no rotation removes anything) before the record is on disk.
+
+What reaches rank 0 grows with the hosts (a digest each, whole views only from hosts that differ),
+not with ranks times files; the collectives run on a gloo group of their own (``collectives``).
+Without a process group of two ranks or more, ``record`` is the one-process write it wraps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointNotShared
+from .collectives import barrier, from_rank_0, gather, group, hosts_of
+from .hosts import Hosts
+from .hosts import ranks
+from .views import digest, opened_size, survey
+
+__all__ = ["entry_fields", "record"]
+
+
+def entry_fields() -> dict[str, Any]:
+    """What a record made under a process group keeps in the checkpoint's entry besides ML-Agents'
+    fields and ``files``: ``world_size``, the number of ranks that wrote it (none without a group).
+    Pass it to ``CheckpointList._add(..., fields=...)`` in ``write``."""
+    me = ranks()
+    return {} if me is None else {"world_size": me.world_size}
+
+
+def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]], *, what: str,
+           timeout: float | None = None) -> dict[str, Any]:
+    """Record the checkpoint folder ``folder`` once every rank's files in it are durable.
+
+    ``write(synced)`` records it (``CheckpointList.add``) and returns the entry; it runs on rank 0
+    only, with ``synced=True`` (every file, the folder and the folders above up to
+    ``status_path``'s are fsynced). Every rank returns the entry rank 0 recorded, or raises the
+    error it raised. ``what`` names the checkpoint in messages (``"checkpoint-30 of /runs/a"``).
+    Without a process group: ``write(False)`` (``add`` syncs the files itself).
+    """
+    me = ranks()
+    if me is None:
+        return write(False)
+    link = group(timeout)
+    doing = f"recording {what}"
+    barrier(link, me, doing)
+    hosts = hosts_of(link, me, doing)
+    leads = hosts.leads(me.rank)
+    view: dict[str, int] = {}
+    problem: str | None = None
+    if leads:
+        try:
+            view = survey(folder, status_path)
+        except OSError as exc:
+            problem = f"syncing {exc.filename or folder} failed ({exc.strerror or exc})"
+    # A failure of a host's walk is reported to rank 0 through the gather, not raised alone (a rank
+    # raising alone leaves the others waiting until the timeout).
+    reports = gather((digest(view), problem) if leads else None, link, me, doing)
+
+    def first() -> dict[str, Any] | _Ask:
+        assert reports is not None
+        _refuse_failures(reports, hosts, folder, what)
+        mine = digest(view)
+        differ = [rank for rank, report in enumerate(reports) if report is not None and report[0] != mine]
+        return _Ask(differ, view) if differ else write(True)
+
+    outcome = from_rank_0(first, me, link, doing)
+    if isinstance(outcome, _Ask):
+        answer = None
+        if me.rank in outcome.ranks:
+            # Rank 0's files this host lists otherwise, opened (a stale listing is not the answer).
+            answer = (view, {name: opened_size(os.path.join(folder, name))
+                             for name, size in outcome.view.items() if view.get(name) != size})
+        answers = gather(answer, link, me, doing)
+
+        def second() -> dict[str, Any]:
+            assert answers is not None
+            _compare(view, answers, hosts, folder, what)
+            return write(True)
+
+        outcome = from_rank_0(second, me, link, doing)
+    return dict(outcome)
+
+
+class _Ask:
+    """Rank 0's question instead of an outcome: the host leaders whose view's digest differs from
+    rank 0's, and rank 0's view, so that each opens the files of it its own listing lacks."""
+
+    def __init__(self, ranks: list[int], view: dict[str, int]) -> None:
+        self.ranks, self.view = ranks, view
+
+
+def _refuse_failures(reports: list[Any], hosts: Hosts, folder: str, what: str) -> None:
+    failed = [f"rank {rank} on {hosts.names[rank]}: {report[1]}"
+              for rank, report in enumerate(reports) if report is not None and report[1] is not None]
+    if failed:
+        raise TrainingStatusCheckpointError(
+            f"Cannot record {what}: {'; '.join(failed)}. Nothing was recorded. Check that rank's disk and the "
+            "folder's permissions; the next save is recorded as usual once they are fixed.",
+            file_path=folder,
+        )
+
+
+def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, folder: str, what: str) -> None:
+    """Rank 0's check of the whole views of the hosts it asked (see ``_Ask``): each file any host
+    sees, rank 0 sees with the same size, and each file rank 0 sees, every host does. Where they
+    differ, rank 0 first opens the file itself (its own listing may be the stale one)."""
+    own = dict(own)
+    listed = dict(own)  # rank 0's view as it asked: what the asked hosts opened
+    seen: list[tuple[int, dict[str, int | None]]] = []
+    for rank, answer in enumerate(answers):
+        if answer is None:
+            continue
+        view, reopened = answer
+        theirs: dict[str, int | None] = {**view, **reopened}
+        for name, size in view.items():
+            if own.get(name) != size:
+                fresh = opened_size(os.path.join(folder, name))
+                if fresh is not None:
+                    own[name] = fresh
+        seen.append((rank, theirs))
+    host_0 = hosts.names[0]
+    problems: list[tuple[int, str]] = []
+    for rank, theirs in seen:
+        host = hosts.names[rank]
+        who = _who(hosts, rank)
+        unseen_by_0 = sorted(name for name, size in theirs.items() if size is not None and name not in own)
+        differ = sorted(name for name, size in theirs.items() if size is not None and name in own and own[name] != size)
+        unseen_by_them = sorted(name for name in listed if theirs.get(name) is None)
+        if unseen_by_0:
+            problems.append((rank, f"{who} on {host} wrote {_some(unseen_by_0)}, which rank 0 on {host_0} does not see"))
+        if differ:
+            shown = ", ".join(f"{name} ({theirs[name]} bytes, rank 0 sees {own[name]})" for name in differ[:3])
+            problems.append((rank, f"{who} on {host} sees {shown}{' and more' if len(differ) > 3 else ''}"))
+        if unseen_by_them:
+            problems.append((rank, f"{who} on {host} does not see {_some(unseen_by_them)}, which rank 0 on {host_0} sees"))
+    if problems:
+        leaders = sorted({rank for rank, _ in problems})
+        raise TrainingStatusCheckpointNotShared(
+            f"Cannot record {what}: the ranks do not see the same files in {folder}: "
+            f"{'; '.join(why for _, why in problems)}. Nothing was recorded. Every rank must write its files into "
+            "one folder that every node sees at the same path (a shared filesystem); node-local output folders "
+            "cannot hold a checkpoint that every rank resumes from.",
+            ranks=sorted(rank for leader in leaders for rank in hosts.on_host_of(leader)),
+            hosts=sorted({hosts.names[rank] for rank in leaders}), file_path=folder,
+        )
+
+
+def _who(hosts: Hosts, leader: int) -> str:
+    """``rank 1``, or ``ranks 4-7`` for a host's ranks as one."""
+    on_host = hosts.on_host_of(leader)
+    if len(on_host) == 1:
+        return f"rank {leader}"
+    if on_host == list(range(on_host[0], on_host[-1] + 1)):
+        return f"ranks {on_host[0]}-{on_host[-1]}"
+    return f"ranks {_some([str(rank) for rank in on_host])}"
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+

@@ -1,0 +1,1 @@
+"""The helpers of ``trainstatus.integrations.transformers``, beside it."""
