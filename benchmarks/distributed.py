@@ -68,7 +68,7 @@ def worker_save(args: argparse.Namespace) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
 
     from trainstatus import CheckpointList, StatusStore
-    from trainstatus.integrations import _collective
+    from trainstatus.integrations._ranks import saving
     from trainstatus.integrations.dcp import record
 
     rank, world, dist = _init()
@@ -109,7 +109,7 @@ def worker_save(args: argparse.Namespace) -> dict[str, Any]:
                             return CheckpointList(store, "bench", keep=None, root=os.path.dirname(folder)).add(
                                 step, os.path.basename(folder), synced=synced)
 
-                    _collective.record(folder, status, write, what=folder)
+                    saving.record(folder, status, write, what=folder)
             _sync(dist)
             times[kind].append(time.perf_counter() - start)
             _sync(dist)
@@ -123,7 +123,7 @@ def worker_save(args: argparse.Namespace) -> dict[str, Any]:
 
 def worker_collective(args: argparse.Namespace) -> dict[str, Any]:
     from trainstatus import CheckpointList, StatusStore
-    from trainstatus.integrations import _collective
+    from trainstatus.integrations._ranks import resuming, saving
 
     rank, world, dist = _init()
     root = os.path.join(args.dir, f"collective-{world}")
@@ -145,11 +145,11 @@ def worker_collective(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.rounds * 6):
         _sync(dist)
         start = time.perf_counter()
-        _collective.record(folder, status, write, what=folder)
+        saving.record(folder, status, write, what=folder)
         records.append(time.perf_counter() - start)
         _sync(dist)
         start = time.perf_counter()
-        _collective.decide(choose, _collective.entry_files, root, what=root)
+        resuming.decide(choose, resuming.entry_files, root, what=root)
         decisions.append(time.perf_counter() - start)
     return {"ranks": world, "n": len(records), "record_median_ms": round(statistics.median(records) * 1000, 2),
             "decide_median_ms": round(statistics.median(decisions) * 1000, 2)}
