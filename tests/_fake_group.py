@@ -26,10 +26,16 @@ or one per host: node-local disks); ``world.write(rank, path, data)`` writes a f
 leaving its data dirty in that host's page cache; ``_atomic.sync_file`` and ``sync_directory`` are
 recorded per rank (``world.synced``), and only an fsync from the writer's host makes a file
 durable (``world.dirty``): on a shared filesystem another node's fsync flushes nothing of it.
+Several ranks may share a host (``hosts=("node-a", "node-a", "node-b", "node-b")``): they see the
+same files and the same page cache, as ranks of one machine do.
+
+What crosses the wires: ``world.sent`` (bytes of pickled objects, by torch function) and
+``world.messages`` (how many), for the costs tests/test_ranks_cost.py bounds.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import os
@@ -249,6 +255,10 @@ class FakeDistributed:
         return self.seq[group.number]
 
     def _send(self, peer: int, group: Group, seq: int, op: str, payload: Any) -> None:
+        if isinstance(payload, bytes):  # a pickled object (not gather's sizes, nor a barrier's token)
+            with self.world.lock:
+                self.world.sent[op] += len(payload)
+                self.world.messages[op] += 1
         self.world.wire(self.rank, peer).put(_Message(group, seq, op, payload))
 
     def _everyone(self, group: Group, seq: int, op: str, payload: Any, deadline: float) -> dict[int, Any]:
@@ -312,6 +322,8 @@ class World:
         # One queue a pair of ranks, made when first used: a world of 1,024 ranks uses a few thousand of its million.
         self.wires: dict[tuple[int, int], queue.Queue[_Message]] = {}
         self.gone: set[int] = set()
+        self.sent: collections.Counter[str] = collections.Counter()  # op: bytes of pickled objects sent
+        self.messages: collections.Counter[str] = collections.Counter()  # op: how many of them
         self.places = [_Place(FakeDistributed(self, rank), host) for rank, host in enumerate(self.hosts)]
         self.actions: dict[tuple[int, str, str], list[tuple[int | None, Callable[[], None]]]] = {}
         self.calls: dict[tuple[int, str], int] = {}

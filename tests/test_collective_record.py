@@ -221,20 +221,66 @@ def test_a_file_only_rank_0_sees_is_not_recorded(apart: World) -> None:
     assert recorded(apart.root(0)) == []
 
 
+class _Stale:
+    """What ``os.scandir`` gives a rank whose listing is stale (a network filesystem's cached
+    directory): the folder's entries without the files another host made lately (a host's own
+    files are always in its listing: its client made them)."""
+
+    def __init__(self, listing: Any, hidden: set[str]) -> None:
+        self.listing, self.hidden = listing, hidden
+
+    def __enter__(self) -> _Stale:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.listing.close()
+
+    def close(self) -> None:
+        self.listing.close()
+
+    def __iter__(self) -> _Stale:
+        return self
+
+    def __next__(self) -> Any:
+        entry = next(self.listing)
+        while entry.name in self.hidden:
+            entry = next(self.listing)
+        return entry
+
+
+def stale_listings(world: World, monkeypatch: pytest.MonkeyPatch, rank: int, hidden: set[str], times: int) -> None:
+    """``rank``'s first ``times`` listings of the checkpoint folder lack ``hidden``."""
+    real = os.scandir
+    left = [times]
+
+    def scandir(path: Any = ".") -> Any:
+        if world.rank() == rank and os.path.basename(os.fspath(path)) == NAME and left[0] > 0:
+            left[0] -= 1
+            return _Stale(real(path), hidden)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 def test_a_file_another_rank_lists_late_is_opened_by_that_rank_before_it_is_refused(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    # One shared folder, but rank 1's listing is stale (a network filesystem's cached directory):
-    # it does not list the file rank 0 wrote. Asked, rank 1 opens it, finds it, and it is recorded.
+    # One shared folder, but rank 1's listing is stale: it does not list the file rank 0 wrote.
+    # Asked, rank 1 opens it, finds it, and it is recorded.
     world.write(0, world.root(0) / NAME / "model.ckpt", b"m" * 300)
-    real = os.walk
-
-    def stale_on_rank_1(top: Any, *args: Any, **kwargs: Any) -> Any:
-        for folder, subfolders, names in real(top, *args, **kwargs):
-            yield folder, subfolders, ([] if world.rank() == 1 else names)
-
-    monkeypatch.setattr(os, "walk", stale_on_rank_1)
+    stale_listings(world, monkeypatch, 1, {"model.ckpt"}, times=1)
     entry, same = (outcome.result() for outcome in world.run(lambda r: record(world, r), lambda r: record(world, r)))
     assert entry == same and recorded(world.root(0)) == [entry]
+
+
+def test_a_file_rank_0_lists_late_is_opened_by_rank_0_before_it_is_refused(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The other way: rank 0's listing is stale and lacks the file rank 1 wrote; rank 0 opens it.
+    world.write(0, world.root(0) / NAME / "model.ckpt", b"m" * 300)
+    world.write(1, world.root(0) / NAME / "rng_state_1.pth", b"r" * 40)
+    stale_listings(world, monkeypatch, 0, {"rng_state_1.pth"}, times=1)  # the host's walk; the entry's own is fresh
+    entry, same = (outcome.result() for outcome in world.run(lambda r: record(world, r), lambda r: record(world, r)))
+    assert entry == same and recorded(world.root(0)) == [entry]
+    assert world.dirty == {}  # each file synced from its writer's host
 
 
 # -- rank 0's outcome on every rank, after the write --------------------------------------------

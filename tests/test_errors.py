@@ -232,6 +232,17 @@ def test_warn_points_at_the_caller_outside_the_package() -> None:
     assert str(record[0].message) == "direct"
 
 
+def test_a_warning_from_an_integration_s_subpackage_points_at_the_caller(tmp_path: pathlib.Path) -> None:
+    # integrations/_shared/choice.py, two folders below the package: its frames are the package's
+    # too (a warning pointed inside it when only integrations/ itself was recognised).
+    from trainstatus.integrations._shared.choice import Words, warn_passed_over
+
+    words = Words(left="They stay.", fresh="The run starts over.", elsewhere="save elsewhere")
+    with pytest.warns(TrainingStatusCheckpointWarning) as record:
+        warn_passed_over(None, [({}, "gone")], str(tmp_path / "s.json"), "c", str(tmp_path), words)
+    assert [entry.filename for entry in record] == [__file__]
+
+
 def test_public_names_are_the_same_objects() -> None:
     for cls in ALL_CLASSES:
         assert getattr(trainstatus, cls.__name__) is cls

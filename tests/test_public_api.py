@@ -283,6 +283,66 @@ def test_the_layer_check_finds_an_import_up_or_into_an_edge() -> None:
     ]
 
 
+# The families inside trainstatus.integrations: the layer every integration rides on, below the
+# libraries' own modules. A shared family imports none of the others' and no library's; a
+# library's helpers (_accelerate/, ...) import the shared families and nothing of another library.
+_INTEGRATION_SHARED = {
+    "_formats": set(),  # the checkpoint formats, checked from their metadata
+    "_ranks": set(),  # the many-rank record and decision, over torch.distributed
+    "_shared": set(),  # the resume's choice and the list's upkeep, with or without ranks
+}
+_INTEGRATION_LIBRARIES = ("accelerate", "dcp", "lightning", "ray", "sb3", "transformers")
+
+
+def _integration_part(module: str) -> str | None:
+    """``trainstatus.integrations._ranks.saving`` -> ``_ranks``; ``...integrations.dcp`` -> ``dcp``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "integrations" else None
+
+
+def _integration_problems(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, imported in sorted(graph.items()):
+        part = _integration_part(module)
+        if part is None:
+            continue
+        for target in sorted(imported):
+            other = _integration_part(target)
+            if other is None or other == part:
+                continue
+            if part in _INTEGRATION_SHARED and other not in _INTEGRATION_SHARED[part]:
+                problems.append(f"{module} imports {target}: integrations/{part}/ may import only "
+                                f"{sorted(_INTEGRATION_SHARED[part]) or 'the core'}")
+            elif part not in _INTEGRATION_SHARED and other not in _INTEGRATION_SHARED \
+                    and other.lstrip("_") != part.lstrip("_"):
+                problems.append(f"{module} imports {target}: a library's modules import only their own helpers "
+                                "and the shared families")
+    return problems
+
+
+def test_the_integrations_families_import_only_the_shared_layers() -> None:
+    graph = _import_graph()
+    parts = {_integration_part(module) for module in graph} - {None}
+    assert parts >= set(_INTEGRATION_SHARED) | set(_INTEGRATION_LIBRARIES) | {"_accelerate", "_lightning", "_ray"}
+    assert _integration_problems(graph) == []
+
+
+def test_the_integrations_check_finds_an_import_across_libraries_or_up() -> None:
+    graph = {"trainstatus.integrations._ranks.saving": {"trainstatus.integrations._shared.choice"},
+             "trainstatus.integrations._lightning.common": {"trainstatus.integrations._accelerate.folders",
+                                                           "trainstatus.integrations._formats.torch_zip"},
+             "trainstatus.integrations.lightning": {"trainstatus.integrations._lightning.common"},
+             "trainstatus.integrations.dcp": {"trainstatus.integrations.accelerate"}}
+    assert _integration_problems(graph) == [
+        "trainstatus.integrations._lightning.common imports trainstatus.integrations._accelerate.folders: a "
+        "library's modules import only their own helpers and the shared families",
+        "trainstatus.integrations._ranks.saving imports trainstatus.integrations._shared.choice: "
+        "integrations/_ranks/ may import only the core",
+        "trainstatus.integrations.dcp imports trainstatus.integrations.accelerate: a library's modules import only "
+        "their own helpers and the shared families",
+    ]
+
+
 def test_no_module_is_longer_than_about_400_lines() -> None:
     root = os.path.dirname(trainstatus.__file__)
     long = {}

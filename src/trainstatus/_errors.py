@@ -328,11 +328,9 @@ _LIBRARIES = frozenset({"accelerate", "lightning", "lightning_fabric", "pytorch_
 
 def _ours(filename: str) -> bool:
     path = os.path.abspath(filename)
-    directory = os.path.dirname(path)
-    # The package's modules and those of its private subpackages (_cli/, _storage/, ...) and the
-    # integrations.
-    if directory in (_PACKAGE_DIR, _INTEGRATIONS_DIR) or (os.path.dirname(directory) == _PACKAGE_DIR
-                                                          and os.path.basename(directory).startswith("_")):
+    # The package's modules, those of its private subpackages (_cli/, _storage/, ...), and the
+    # integrations with theirs (integrations/_ranks/, ...).
+    if path.startswith(_PACKAGE_DIR + os.sep):
         return True
     # contextlib's frames sit between a ``with store.transaction():`` block and our code (a
     # warning is issued from a store, which imported contextlib long before).
@@ -356,7 +354,7 @@ def warn(warning: TrainingStatusWarning) -> None:
     frame = sys._getframe(1)
     integration = False
     while frame is not None and _ours(frame.f_code.co_filename):
-        integration = integration or os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _INTEGRATIONS_DIR
+        integration = integration or os.path.abspath(frame.f_code.co_filename).startswith(_INTEGRATIONS_DIR + os.sep)
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     if integration:

@@ -144,12 +144,15 @@ def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, folder: s
         differ = sorted(name for name, size in theirs.items() if size is not None and name in own and own[name] != size)
         unseen_by_them = sorted(name for name in listed if theirs.get(name) is None)
         if unseen_by_0:
-            problems.append((rank, f"{who} on {host} wrote {_some(unseen_by_0)}, which rank 0 on {host_0} does not see"))
+            problems.append((rank, f"{who} on {host} wrote {_some(unseen_by_0)}, which rank 0 on {host_0} does not "
+                                   "see"))
         if differ:
             shown = ", ".join(f"{name} ({theirs[name]} bytes, rank 0 sees {own[name]})" for name in differ[:3])
-            problems.append((rank, f"{who} on {host} sees {shown}{' and more' if len(differ) > 3 else ''}"))
+            problems.append((rank, f"{who} on {host} {_verb(hosts, rank, 'sees', 'see')} {shown}"
+                                   f"{' and more' if len(differ) > 3 else ''}"))
         if unseen_by_them:
-            problems.append((rank, f"{who} on {host} does not see {_some(unseen_by_them)}, which rank 0 on {host_0} sees"))
+            problems.append((rank, f"{who} on {host} {_verb(hosts, rank, 'does', 'do')} not see {_some(unseen_by_them)}, "
+                                   f"which rank 0 on {host_0} sees"))
     if problems:
         leaders = sorted({rank for rank, _ in problems})
         raise TrainingStatusCheckpointNotShared(
@@ -170,6 +173,10 @@ def _who(hosts: Hosts, leader: int) -> str:
     if on_host == list(range(on_host[0], on_host[-1] + 1)):
         return f"ranks {on_host[0]}-{on_host[-1]}"
     return f"ranks {_some([str(rank) for rank in on_host])}"
+
+
+def _verb(hosts: Hosts, leader: int, one: str, many: str) -> str:
+    return one if len(hosts.on_host_of(leader)) == 1 else many
 
 
 def _some(names: list[str]) -> str:
