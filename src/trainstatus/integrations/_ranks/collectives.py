@@ -168,25 +168,26 @@ def barrier(link: Link, me: Ranks, doing: str) -> None:
         doing, unnamed)
 
 
-def gather(item: Any, link: Link, me: Ranks, doing: str) -> list[Any] | None:
-    """Every rank's ``item`` on rank 0 (in rank order), None on the others."""
+def gather(item: Any, link: Link, me: Ranks, doing: str, step: str = "the gather") -> list[Any] | None:
+    """Every rank's ``item`` on rank 0 (in rank order), None on the others. ``step`` names it in
+    messages ("rank 1 (the last it reached: the gather of recording ...)")."""
     dist = _hosts.distributed().loaded()
     out: list[Any] | None = [None] * me.world_size if me.rank == 0 else None
-    _collective(f"the gather of {doing}", lambda: dist.gather_object(item, out, dst=0, group=link.group),
+    _collective(f"{step} of {doing}", lambda: dist.gather_object(item, out, dst=0, group=link.group),
                 link.seconds, me, doing, "a rank stopped answering")
     return out
 
 
-def broadcast(item: Any, link: Link, me: Ranks, doing: str) -> Any:
+def broadcast(item: Any, link: Link, me: Ranks, doing: str, step: str = "the outcome") -> Any:
     """Rank 0's ``item`` on every rank."""
     dist = _hosts.distributed().loaded()
     box = [item]
-    _collective(f"the outcome of {doing}", lambda: dist.broadcast_object_list(box, src=0, group=link.group),
+    _collective(f"{step} of {doing}", lambda: dist.broadcast_object_list(box, src=0, group=link.group),
                 link.seconds, me, doing, "rank 0 did not answer" if me.rank else "a rank stopped answering")
     return box[0]
 
 
-def from_rank_0(produce: Callable[[], T], me: Ranks, link: Link, doing: str) -> T:
+def from_rank_0(produce: Callable[[], T], me: Ranks, link: Link, doing: str, step: str = "the outcome") -> T:
     """What ``produce()`` returns on rank 0, on every rank; if it raises, every rank raises it (the
     others a copy, ``_shipped``) and no rank waits for an answer that will not come."""
     outcome: Any = None
@@ -194,9 +195,9 @@ def from_rank_0(produce: Callable[[], T], me: Ranks, link: Link, doing: str) -> 
         try:
             outcome = produce()
         except Exception as exc:  # noqa: BLE001 - every rank must hear of it, then rank 0 raises it
-            broadcast(_shipped(exc, me, doing), link, me, doing)
+            broadcast(_shipped(exc, me, doing), link, me, doing, step)
             raise
-    outcome = broadcast(outcome, link, me, doing)
+    outcome = broadcast(outcome, link, me, doing, step)
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome  # type: ignore[no-any-return]

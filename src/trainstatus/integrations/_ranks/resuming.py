@@ -49,7 +49,7 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
     problem = None
     if chosen is not None and hosts.leads(me.rank):
         problem = unseen(root, files(chosen))
-    reports = gather(problem, link, me, doing)
+    reports = gather(problem, link, me, doing, "the check")
 
     def verdict() -> None:
         assert reports is not None
@@ -57,7 +57,7 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
         if failed:
             raise _not_shared(failed, hosts, what)
 
-    from_rank_0(verdict, me, link, doing)
+    from_rank_0(verdict, me, link, doing, "the check")
     return chosen
 
 
