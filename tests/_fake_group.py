@@ -10,7 +10,8 @@ The stand-in answers every call ``_ranks.collectives`` makes of ``torch.distribu
 store ``_Progress`` notes its steps in, ``is_initialized``...) with torch's semantics as far as the
 protocol can tell: objects are pickled on the way (an error that does not pickle fails as it
 would), rank 0's ``monitored_barrier`` names the ranks that did not arrive within the timeout,
-``gather_object`` waits for every rank (torch all-gathers the sizes first), a wait on a rank whose
+``gather_object`` waits for every rank (torch all-gathers the sizes first; here through the
+destination), a wait on a rank whose
 thread ended (a process that exited) fails at once with gloo's "Connection closed by peer", a wait
 on a rank that is only late fails after the timeout, and collectives called in another order on
 two ranks fail loudly (torch would hang or mix them up). It is injected through the documented seam
@@ -47,9 +48,11 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+
+if TYPE_CHECKING:  # pytest is imported by the tests, not by benchmarks/ranks_cost.py, which runs this without it
+    import pytest
 
 from trainstatus._storage import atomic as _atomic
 from trainstatus.integrations._ranks import hosts as _hosts
@@ -213,7 +216,7 @@ class FakeDistributed:
             group, seconds = self._group(group, None)
             seq, deadline = self._next(group), time.monotonic() + seconds
             payload = pickle.dumps(obj)
-            self._everyone(group, seq, "gather_object sizes", len(payload), deadline)  # torch all-gathers sizes first
+            self._rendezvous(dst, group, seq, "gather_object sizes", len(payload), deadline)  # torch's sizes first
             if self.rank != dst:
                 self._send(dst, group, seq, "gather_object", payload)
                 return
@@ -268,11 +271,27 @@ class FakeDistributed:
         return {peer: self._receive(peer, group, seq, op, deadline) for peer in range(self.world.size)
                 if peer != self.rank}
 
+    def _rendezvous(self, root: int, group: Group, seq: int, op: str, payload: Any, deadline: float) -> None:
+        """No rank goes on before every rank arrived (torch all-gathers the sizes before a gather),
+        through ``root``: each rank tells it, it answers each once all did. Ranks times two
+        messages, where an all-gather's ranks squared would make a world of 1,024 threads crawl."""
+        if self.rank != root:
+            self._send(root, group, seq, op, payload)
+            self._receive(root, group, seq, op, deadline)
+            return
+        for peer in range(self.world.size):
+            if peer != root:
+                self._receive(peer, group, seq, op, deadline)
+        for peer in range(self.world.size):
+            if peer != root:
+                self._send(peer, group, seq, op, None)
+
     def _receive(self, peer: int, group: Group, seq: int, op: str, deadline: float) -> Any:
         wire = self.world.wire(peer, self.rank)
+        poll = max(POLL, self.world.size * POLL / 16)  # hundreds of waiting threads waking every 2 ms thrash
         while True:
             try:
-                message = wire.get(timeout=POLL)
+                message = wire.get(timeout=poll)
                 break
             except queue.Empty:
                 if peer in self.world.gone and wire.empty():
@@ -355,6 +374,7 @@ class World:
         running after ``within`` seconds fails the test with every rank's stack."""
         assert len(work) == self.size
         outcomes = [Outcome() for _ in work]
+        self.gone.clear()  # a world run again (a record, then a resume): every rank is back
 
         def main(rank: int) -> None:
             self._local.rank = rank
@@ -379,7 +399,7 @@ class World:
             frames = sys._current_frames()
             stacks = "\n".join(f"{thread.name}:\n{''.join(traceback.format_stack(frames[thread.ident]))}"
                                for thread in hung if thread.ident in frames)
-            pytest.fail(f"{', '.join(t.name for t in hung)} still running after {within} s:\n{stacks}")
+            raise AssertionError(f"{', '.join(t.name for t in hung)} still running after {within} s:\n{stacks}")
         return outcomes
 
     def at(self, rank: int, op: str, *, before: Callable[[], None] | None = None,

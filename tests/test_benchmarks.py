@@ -290,6 +290,29 @@ def test_the_distributed_benchmark_runs_and_reports_what_it_measured(torch_pytho
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # the checkpoints went with their folder
 
 
+def test_the_ranks_cost_benchmark_counts_a_record_and_a_decision(torch_python: Path, tmp_path: Path) -> None:
+    """benchmarks/ranks_cost.py --quick (needs torch): 2 real ranks and 16 simulated on 4 hosts; the
+    counts are the protocol's (one host syncs each of the files once; 4 hosts, once each), and the
+    table shows them."""
+    json_path = tmp_path / "report.json"
+    done = subprocess.run(
+        [str(torch_python), str(BENCHMARKS / "ranks_cost.py"), "--quick", "--json", str(json_path),
+         "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    report = json.loads(json_path.read_text())
+    (real,), (simulated,) = report["real"], report["simulated"]
+    assert (real["ranks"], real["files"], simulated["ranks"], simulated["hosts"]) == (2, 3, 16, 4)
+    assert real["record"]["fsync"] == 3 and real["record"]["folder_listings"] <= 2
+    assert real["decision"]["stat"] + real["decision"]["open"] <= 2 * 3 + 2
+    assert simulated["record"]["fsync"] == 4 * 17 and simulated["record"]["folder_listings"] == 4 + 1
+    assert real["record"]["median_ms"] > 0 and real["decision"]["ms"] > 0
+    row = done.stdout.splitlines()[-4].split()
+    assert row[:6] == ["2", "1", "3", "this", "record", "3"], done.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
 def test_version_lock_quick(tmp_path: Path) -> None:
     report, stdout = run_quick("version_lock.py", tmp_path)
     assert report["benchmark"] == "version_lock" and report["quick"] is True

@@ -376,14 +376,14 @@ def test_a_rank_late_past_the_timeout_is_named_by_rank_0_then_raises_too(world: 
     assert recorded(world.root(0)) == []
 
 
-@pytest.mark.parametrize("stopped, step", [
-    (1, "monitored_barrier"),  # rank 1 ends after the barrier: rank 0 waits in the gather
-    (0, "gather_object"),  # rank 0 ends after the gather: rank 1 waits for the outcome
+@pytest.mark.parametrize("stopped, step, nth", [
+    (1, "monitored_barrier", 1),  # rank 1 ends after the barrier: rank 0 waits in the gather
+    (0, "gather_object", 2),  # rank 0 ends after the gather of the views (the 1st: the hosts): rank 1 waits
 ])
 def test_a_rank_that_stops_between_two_collectives_is_named_by_the_others(world: World, stopped: int,
-                                                                          step: str) -> None:
+                                                                          step: str, nth: int) -> None:
     world.write(0, world.root(0) / NAME / "model.safetensors", b"m" * 300)
-    world.at(stopped, step, after=stop)
+    world.at(stopped, step, after=stop, nth=nth)
     outcomes = world.run(lambda r: record(world, r), lambda r: record(world, r))
     assert outcomes[stopped].stopped
     error = outcomes[1 - stopped].error

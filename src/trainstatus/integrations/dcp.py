@@ -7,13 +7,14 @@ training loop's business, and a loop that takes the highest step number resumes 
 cut short. Here:
 
 - ``record(checkpoint_dir, step)``: every rank calls it after ``dcp.save`` returned (or its
-  ``dcp.async_save`` future completed). Each rank fsyncs what it sees of the folder; the ranks wait
-  for each other (``torch.distributed``'s own collectives, on a gloo group); rank 0 checks it sees
-  every rank's files with the same sizes and records the folder (every file with its size,
+  ``dcp.async_save`` future completed). The ranks wait for each other (``torch.distributed``'s own
+  collectives, on a gloo group); one rank per host fsyncs what its host sees of the folder; rank 0
+  checks it sees every host's files with the same sizes and records the folder (every file with its size,
   ``.metadata`` included) in the status file, once; every rank returns when that record is on disk.
 - ``last_complete_checkpoint(directory)``: rank 0 picks the newest recorded folder whose files are
   all there with their recorded sizes and whose ``.metadata`` names only bytes inside them (no
-  tensor is read); every rank checks it sees that folder, and every rank gets the same answer.
+  tensor is read); one rank per host checks its host sees that folder, and every rank gets the same
+  answer.
 
 Usage (two lines beside DCP's own)::
 
@@ -77,10 +78,10 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
     ``status_path`` names another; the folder is recorded under ``dcp/checkpoints`` relative to
     that parent folder, with every file in it and its size, ``.metadata`` included.
 
-    - Every rank fsyncs each file it sees in the folder, the folder and the folders above it up to
-      the status file's; rank 0 records only after every rank did, and only if it sees every file
-      each rank sees, with the same size (``TrainingStatusCheckpointNotShared`` on every rank if
-      not: node-local folders). Every rank returns the entry recorded, once it is on disk.
+    - Once every rank's save returned, one rank per host fsyncs each file its host sees in the
+      folder, the folder and the folders above it up to the status file's; rank 0 records only
+      after every host did, and only if it sees every file each host sees, with the same size
+      (``TrainingStatusCheckpointNotShared`` on every rank if not: node-local folders). Every rank returns the entry recorded, once it is on disk.
     - Entries of steps after ``step`` are dropped from the list first (a run that went back to an
       older checkpoint saves over those folders; their files stay on disk).
     - ``keep=N``: after the record is on disk, the oldest entries beyond N are dropped from the list
@@ -132,7 +133,8 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
     would pass the size check). Their files stay on disk.
 
     Under a process group every rank calls it: rank 0 reads the status file and the metadata, once;
-    every rank checks it sees the chosen folder with every recorded size, and gets the same path;
+    one rank per host checks its host sees the chosen folder with every recorded size, and every
+    rank gets the same path;
     if any rank cannot see it, every rank raises the same ``TrainingStatusCheckpointNotShared``
     naming the ranks and hosts. None when nothing is recorded (a fresh run) or nothing recorded is whole.
     """

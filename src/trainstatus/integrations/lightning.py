@@ -302,8 +302,9 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     never listed.
 
     Under a process group (``torch.distributed`` initialized with two or more ranks) every rank
-    calls it: rank 0 reads the status file and the metadata, once; every rank checks it sees the
-    chosen checkpoint's files with their recorded sizes and gets the same path; if any rank cannot,
+    calls it: rank 0 reads the status file and the metadata, once; one rank per host checks its host
+    sees the chosen checkpoint's files with their recorded sizes, and every rank gets the same path;
+    if any host cannot,
     every rank raises the same ``TrainingStatusCheckpointNotShared`` naming the ranks and hosts.
     ``timeout``: seconds those collectives wait for every rank (default 1800, torch's own). Without
     a process group (Lightning starts its own inside ``trainer.fit``) each process reads alone, and

@@ -105,8 +105,8 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None)
        and no rank begins the save before that write (``_ranks.resuming.decide``): a folder half
        written over is never found listed (same-size shards would pass a size check).
     2. The strategy saves (``dcp.save`` on every rank, then ``meta.pt`` on rank 0).
-    3. ``_ranks.saving.record``: every rank fsyncs the files, waits for every rank's save to have
-       returned, and rank 0 records the folder (every file with its size) once it sees every
+    3. ``_ranks.saving.record``: every rank waits for every rank's save to have returned, one rank
+       per host fsyncs the files, and rank 0 records the folder (every file with its size) once it sees every
        rank's files, only if ``.metadata`` is there.
     """
     original = strategy.save_checkpoint

@@ -2,7 +2,7 @@
 errors that name the rank a failed one waited for.
 
 Each is one ``torch.distributed`` call (``monitored_barrier``, ``gather_object``,
-``broadcast_object_list``, and once per group ``all_gather_object`` of the ranks' hosts) wrapped so that a failure (a timeout, a peer that
+``broadcast_object_list``) wrapped so that a failure (a timeout, a peer that
 died) becomes a ``TrainingStatusCollectiveError`` naming the ranks that did not answer: rank 0's
 ``monitored_barrier`` names them itself; for the others, each rank notes in the process group's
 own store which collective it entered (``Progress``), so the failing rank can tell which ranks
@@ -68,16 +68,17 @@ def group(timeout: float | None) -> Link:
 
 
 def hosts_of(link: Link, me: Ranks, doing: str) -> Hosts:
-    """The hosts of ``link``'s ranks: all-gathered once per group (every rank calls this at the same
-    step of the protocol the first time, as a collective requires), kept with the group."""
+    """The hosts of ``link``'s ranks, found once per group (every rank calls this at the same step
+    of the protocol the first time, as a collective requires) and kept with it: each rank's
+    machine key and host name gathered to rank 0, which broadcasts which ranks lead their host
+    (``Hosts``: the whole map stays on rank 0)."""
     if link.hosts is None:
         place = _hosts.distributed()
-        dist = place.loaded()
-        seen: list[Any] = [None] * me.world_size
-        mine = (place.machine(), me.host)
-        _collective(f"the hosts of {doing}", lambda: dist.all_gather_object(seen, mine, group=link.group),
-                    link.seconds, me, doing, "a rank stopped answering")
-        link.hosts = Hosts.of(seen)
+        seen = gather((place.machine(), me.host), link, me, doing, "the hosts")
+        mapped = Hosts.of(seen) if seen is not None else None
+        leading = from_rank_0(lambda: mapped.leading if mapped is not None else frozenset(), me, link, doing,
+                              "the hosts")
+        link.hosts = mapped if mapped is not None else Hosts(leading)
     return link.hosts
 
 

@@ -37,30 +37,30 @@ class Ranks:
 
 @dataclasses.dataclass(frozen=True)
 class Hosts:
-    """The hosts of a process group: for each rank, its host's name and the lowest rank on its
-    host (the one that fsyncs, lists and checks files for every rank there)."""
+    """The hosts of a process group. ``leading``: the lowest rank of each host, the one that
+    fsyncs, lists and checks files for every rank there (every rank knows these). ``names`` and
+    ``leaders`` (for each rank, its host's name and its host's leader) are known on rank 0 alone,
+    which alone words the messages: every rank learning every rank's host would cost ranks squared."""
 
-    names: tuple[str, ...]
-    leaders: tuple[int, ...]
+    leading: frozenset[int]
+    names: tuple[str, ...] = ()
+    leaders: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, seen: list[tuple[str, str]]) -> Hosts:
-        """From each rank's ``(machine key, host name)``, in rank order."""
+        """From each rank's ``(machine key, host name)``, in rank order (rank 0's view)."""
         first: dict[str, int] = {}
         for rank, (key, _) in enumerate(seen):
             first.setdefault(key, rank)
-        return cls(tuple(name for _, name in seen), tuple(first[key] for key, _ in seen))
+        return cls(frozenset(first.values()), tuple(name for _, name in seen), tuple(first[key] for key, _ in seen))
 
     def leads(self, rank: int) -> bool:
-        return self.leaders[rank] == rank
+        return rank in self.leading
 
     def on_host_of(self, rank: int) -> list[int]:
-        """Every rank on ``rank``'s host, ``rank`` among them."""
+        """Every rank on ``rank``'s host, ``rank`` among them (rank 0 only)."""
         leader = self.leaders[rank]
         return [other for other, lead in enumerate(self.leaders) if lead == leader]
-
-    def count(self) -> int:
-        return len(set(self.leaders))
 
 
 class Distributed:
