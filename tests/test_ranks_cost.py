@@ -120,10 +120,31 @@ def test_what_rank_0_gathers_grows_with_the_hosts_not_the_files(tmp_path: Path,
     assert gathered[0] == gathered[1], gathered
 
 
-def test_a_host_that_sees_otherwise_is_asked_for_its_whole_view_and_named_with_its_ranks(
+def test_a_host_that_sees_otherwise_answers_with_the_differences_not_its_whole_view(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Node-local folders holding the same files, but node-b's also holds one of another run: node-b
+    # is asked, and what it sends rank 0 does not grow with the files both hosts share.
+    gathered = []
+    for shards in (1, 8):
+        world = World(tmp_path / f"shards-{shards}", monkeypatch, hosts=["node-a"] * 2 + ["node-b"] * 2, shared=False)
+        for rank in range(world.size):
+            for shard in range(shards):
+                for host_rank in (0, 2):  # every file on both hosts' disks
+                    world.write(rank, world.root(host_rank) / f"step-{STEP}" / f"__{rank}_{shard}.distcp", b"x" * 64)
+        for host_rank in (0, 2):
+            world.write(0, world.root(host_rank) / f"step-{STEP}" / ".metadata", b"plan")
+        world.write(2, world.root(2) / f"step-{STEP}" / "stray.bin", b"s")
+        outcomes = world.run(*[lambda rank: dcp.record(world.root(rank) / f"step-{STEP}", STEP, timeout=SECONDS)] * 4)
+        assert all("ranks 2-3 on node-b wrote stray.bin, which rank 0 on node-a does not see" in str(outcome.error)
+                   for outcome in outcomes), outcomes
+        gathered.append(world.sent["gather_object"])
+    assert gathered[0] == gathered[1], gathered
+
+
+def test_a_host_that_sees_otherwise_is_named_with_its_ranks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # node-b's disk is its own (node-local folders) and lacks rank 0's .metadata: its digest
-    # differs, it sends its whole view, and every rank of node-b is named.
+    # differs, it answers with the differences, and every rank of node-b is named.
     world = World(tmp_path, monkeypatch, hosts=["node-a", "node-a", "node-b", "node-b"], shared=False)
     for rank in range(world.size):
         world.write(rank, world.root(rank) / f"step-{STEP}" / f"__{rank}_0.distcp", b"x" * 64)

@@ -9,16 +9,17 @@
    rank of a machine sees the same files, so one walk a host covers every file written there.
 3. The hosts' views are gathered to rank 0 as digests (``views.digest``): on a shared filesystem
    every host sees the same, and rank 0 compares one short string per host with its own. Hosts
-   whose digest differs are asked for their whole view, with rank 0's: each first opens the files
-   of rank 0's view its listing lacks or shows with another size (a listing may be stale on a
+   whose digest differs are sent rank 0's view and answer with the differences: each first opens
+   the files of rank 0's view its listing lacks or shows with another size (a listing may be stale on a
    network filesystem), and rank 0 opens those of theirs it lacks, before anything is refused.
 4. Rank 0 records (``write``) only when every host sees every file with the same size; its outcome
    (the entry, or the error) is broadcast, so every rank returns the same entry or raises the same
    error, and no rank goes on (and no rotation removes anything) before the record is on disk.
 
-What reaches rank 0 grows with the hosts (a digest each, whole views only from hosts that differ),
-not with ranks times files; the collectives run on a gloo group of their own (``collectives``).
-Without a process group of two ranks or more, ``record`` is the one-process write it wraps.
+What reaches rank 0 grows with the hosts (a digest each, and the differences of the hosts that
+differ), not with ranks times files; the collectives run on a gloo group of their own
+(``collectives``). Without a process group of two ranks or more, ``record`` is the one-process
+write it wraps.
 """
 
 from __future__ import annotations
@@ -84,9 +85,11 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
     if isinstance(outcome, _Ask):
         answer = None
         if me.rank in outcome.ranks:
-            # Rank 0's files this host lists otherwise, opened (a stale listing is not the answer).
-            answer = (view, {name: opened_size(os.path.join(folder, name))
-                             for name, size in outcome.view.items() if view.get(name) != size})
+            # Only the differences: this host's files rank 0 lists otherwise or not at all, and rank
+            # 0's files this host lists otherwise, opened (a stale listing is not the answer).
+            extra = {name: size for name, size in view.items() if outcome.view.get(name) != size}
+            answer = (extra, {name: opened_size(os.path.join(folder, name))
+                              for name, size in outcome.view.items() if view.get(name) != size})
         answers = gather(answer, link, me, doing)
 
         def second() -> dict[str, Any]:
@@ -100,7 +103,8 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
 
 class _Ask:
     """Rank 0's question instead of an outcome: the host leaders whose view's digest differs from
-    rank 0's, and rank 0's view, so that each opens the files of it its own listing lacks."""
+    rank 0's, and rank 0's view, so that each answers with the differences, having opened the
+    files of it its own listing lacks."""
 
     def __init__(self, ranks: list[int], view: dict[str, int]) -> None:
         self.ranks, self.view = ranks, view
@@ -118,18 +122,18 @@ def _refuse_failures(reports: list[Any], hosts: Hosts, folder: str, what: str) -
 
 
 def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, folder: str, what: str) -> None:
-    """Rank 0's check of the whole views of the hosts it asked (see ``_Ask``): each file any host
-    sees, rank 0 sees with the same size, and each file rank 0 sees, every host does. Where they
-    differ, rank 0 first opens the file itself (its own listing may be the stale one)."""
+    """Rank 0's check of the hosts it asked (see ``_Ask``), from the differences each sent: each
+    file any host sees, rank 0 sees with the same size, and each file rank 0 sees, every host does.
+    Where they differ, rank 0 first opens the file itself (its own listing may be the stale one)."""
     own = dict(own)
     listed = dict(own)  # rank 0's view as it asked: what the asked hosts opened
     seen: list[tuple[int, dict[str, int | None]]] = []
     for rank, answer in enumerate(answers):
         if answer is None:
             continue
-        view, reopened = answer
-        theirs: dict[str, int | None] = {**view, **reopened}
-        for name, size in view.items():
+        extra, reopened = answer
+        theirs: dict[str, int | None] = {**listed, **extra, **reopened}  # the host's view
+        for name, size in extra.items():
             if own.get(name) != size:
                 fresh = opened_size(os.path.join(folder, name))
                 if fresh is not None:

@@ -76,7 +76,7 @@ def _synced_size(path: str) -> int | None:
 
 def digest(view: Mapping[str, int]) -> str:
     """What stands for ``view`` in a gather: equal digests, equal views (names and sizes). On a
-    shared filesystem every host sees the same, so a host sends this, and its whole view only when
+    shared filesystem every host sees the same, so a host sends this, and its differences only when
     rank 0 asks (``saving``)."""
     return hashlib.blake2b(orjson.dumps(sorted(view.items())), digest_size=16).hexdigest()
 
