@@ -135,7 +135,7 @@ def test_a_host_that_sees_otherwise_answers_with_the_differences_not_its_whole_v
             world.write(0, world.root(host_rank) / f"step-{STEP}" / ".metadata", b"plan")
         world.write(2, world.root(2) / f"step-{STEP}" / "stray.bin", b"s")
         outcomes = world.run(*[lambda rank: dcp.record(world.root(rank) / f"step-{STEP}", STEP, timeout=SECONDS)] * 4)
-        assert all("ranks 2-3 on node-b wrote stray.bin, which rank 0 on node-a does not see" in str(outcome.error)
+        assert all("ranks 2, 3 on node-b wrote stray.bin, which rank 0 on node-a does not see" in str(outcome.error)
                    for outcome in outcomes), outcomes
         gathered.append(world.sent["gather_object"])
     assert gathered[0] == gathered[1], gathered
@@ -154,7 +154,51 @@ def test_a_host_that_sees_otherwise_is_named_with_its_ranks(
     assert all(type(error).__name__ == "TrainingStatusCheckpointNotShared" for error in errors), errors
     message = str(errors[0])
     assert all(str(error) == message for error in errors)
-    assert "ranks 2-3 on node-b wrote __2_0.distcp, __3_0.distcp, which rank 0 on node-a does not see" in message
-    assert "ranks 2-3 on node-b do not see .metadata, __0_0.distcp, __1_0.distcp, which rank 0 on node-a sees" \
-        in message
+    assert "ranks 2, 3 on node-b wrote __2_0.distcp, __3_0.distcp, which rank 0 on node-a does not see" in message
+    assert "on node-b do not see" not in message  # what node-b lacks is said only when nothing else is wrong
     assert (errors[0].ranks, errors[0].hosts) == ([2, 3], ["node-b"])  # type: ignore[union-attr]
+
+
+# -- a rank naming another folder than its host's leader ------------------------------------------
+
+
+def test_a_rank_naming_another_folder_than_its_host_walks_its_own_and_is_named_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two ranks of one host, each given "its" folder (a relative path from two working folders, or
+    # a run name computed apart on each rank): the host's one walk would say nothing of rank 1's.
+    world = World(tmp_path, monkeypatch, hosts=["node-a", "node-a"])
+    folders = [tmp_path / "run-0" / "step-3", tmp_path / "run-1" / "step-3"]
+    world.write(0, folders[0] / "__0_0.distcp", b"x" * 64)
+    world.write(0, folders[0] / ".metadata", b"plan")
+    world.write(1, folders[1] / "__1_0.distcp", b"y" * 64)
+    outcomes = world.run(*[lambda rank: dcp.record(folders[rank], STEP, timeout=SECONDS)] * 2)
+    errors = [outcome.error for outcome in outcomes]
+    assert all(type(error).__name__ == "TrainingStatusCheckpointNotShared" for error in errors), outcomes
+    assert f"rank 1 on node-a wrote __1_0.distcp, which rank 0 on node-a does not see" in str(errors[0])
+    assert str(errors[0]) == str(errors[1]) and errors[0].ranks == [1]  # type: ignore[union-attr]
+    assert world.dirty == {}  # rank 1 synced its own folder
+    assert not (tmp_path / "run-0" / dcp.STATUS_FILE).exists()
+
+
+def test_a_rank_naming_another_folder_at_a_resume_checks_its_own_and_is_named_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World(tmp_path, monkeypatch, hosts=["node-a", "node-a"])
+    folder, _ = dcp_folder(world)
+    record_all(world)
+    elsewhere = tmp_path / "elsewhere"  # rank 1's root: no checkpoint there
+    elsewhere.mkdir()
+    root = world.root(0)
+
+    def choose() -> dict[str, Any] | None:
+        with StatusStore(root / dcp.STATUS_FILE) as store:
+            return CheckpointList(store, dcp.CATEGORY, keep=None, root=root).latest()
+
+    roots = [root, elsewhere]
+    outcomes = world.run(*[lambda rank: resuming.decide(choose, resuming.entry_files, str(roots[rank]),
+                                                        what="the newest", timeout=SECONDS)] * 2)
+    errors = [outcome.error for outcome in outcomes]
+    assert all(type(error).__name__ == "TrainingStatusCheckpointNotShared" for error in errors), outcomes
+    assert str(errors[0]) == str(errors[1])
+    assert str(errors[0]).startswith(f"Not every rank can resume from the newest: rank 1 on node-a: "
+                                     f"{elsewhere / f'step-{STEP}'}"), str(errors[0])
+    assert errors[0].ranks == [1]  # type: ignore[union-attr]

@@ -23,7 +23,7 @@ import socket
 import sys
 from typing import Any
 
-__all__ = ["Distributed", "Hosts", "Ranks", "distributed", "ranks"]
+__all__ = ["Distributed", "Hosts", "Ranks", "distributed", "numbers", "ranks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +61,19 @@ class Hosts:
         """Every rank on ``rank``'s host, ``rank`` among them (rank 0 only)."""
         leader = self.leaders[rank]
         return [other for other, lead in enumerate(self.leaders) if lead == leader]
+
+    def covered(self, rank: int, strays: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        """The ranks ``rank``'s walk or check stood for: a stray's own (a rank that named another
+        folder than its host's leader, and walked its own), or its host's ranks but the strays."""
+        return [rank] if rank in strays else [other for other in self.on_host_of(rank) if other not in strays]
+
+
+def numbers(ranks: list[int]) -> str:
+    """``1``, ``1, 3``, or ``4-7`` for a run of ranks (a host's), so a message stays short at scale."""
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    shown = ", ".join(str(rank) for rank in ranks[:8])
+    return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
 
 class Distributed:

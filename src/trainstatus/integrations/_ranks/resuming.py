@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from ..._checkpoints.files import FILES
 from ..._errors import TrainingStatusCheckpointNotShared
 from .collectives import from_rank_0, gather, group, hosts_of
-from .hosts import Hosts
+from .hosts import Hosts, numbers
 from .hosts import ranks
-from .views import unseen
+from .views import place, unseen
 
 __all__ = ["decide", "entry_files"]
 
@@ -49,38 +49,49 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
     problem = None
     if chosen is not None and hosts.leads(me.rank):
         problem = unseen(root, files(chosen))
-    reports = gather(problem, link, me, doing, "the check")
+    # Every rank says which folder it names: one that names another than its host's leader (a
+    # relative path from another working folder) checks its own below.
+    reports = gather((place(root), problem), link, me, doing, "the check")
+    failed: list[tuple[int, str]] = []
 
-    def verdict() -> None:
+    def verdict() -> list[int]:
         assert reports is not None
-        failed = [(rank, why) for rank, why in enumerate(reports) if why is not None]
-        if failed:
-            raise _not_shared(failed, hosts, what)
+        failed.extend((rank, why) for rank, (_, why) in enumerate(reports) if why is not None)
+        strays = [rank for rank, (named, _) in enumerate(reports) if named != reports[hosts.leaders[rank]][0]]
+        if failed and not strays:
+            raise _not_shared(failed, hosts, set(), what)
+        return strays
 
-    from_rank_0(verdict, me, link, doing, "the check")
+    strays = from_rank_0(verdict, me, link, doing, "the check")
+    if strays:
+        problem = unseen(root, files(chosen)) if chosen is not None and me.rank in strays else None
+        more = gather(problem, link, me, doing, "the check")
+
+        def again() -> None:
+            assert more is not None
+            failed.extend((rank, why) for rank, why in enumerate(more) if why is not None)
+            if failed:
+                raise _not_shared(sorted(failed), hosts, set(strays), what)
+
+        from_rank_0(again, me, link, doing, "the check")
     return chosen
 
 
-def _not_shared(failed: list[tuple[int, str]], hosts: Hosts, what: str) -> TrainingStatusCheckpointNotShared:
-    """The error every rank raises when the hosts of ``failed`` (leader, why) cannot resume."""
-    every = sorted(rank for leader, _ in failed for rank in hosts.on_host_of(leader))
-    listed = "; ".join(f"rank{'s' if len(hosts.on_host_of(leader)) > 1 else ''} "
-                       f"{_ranks(hosts.on_host_of(leader))} on {hosts.names[leader]}: {why}" for leader, why in failed)
+def _not_shared(failed: list[tuple[int, str]], hosts: Hosts, strays: set[int],
+                what: str) -> TrainingStatusCheckpointNotShared:
+    """The error every rank raises when the ranks ``failed`` (a host's leader, or a stray) checked
+    for cannot resume."""
+    every = sorted(rank for leader, _ in failed for rank in hosts.covered(leader, strays))
+    listed = "; ".join(f"rank{'s' if len(hosts.covered(leader, strays)) > 1 else ''} "
+                       f"{numbers(hosts.covered(leader, strays))} on {hosts.names[leader]}: {why}"
+                       for leader, why in failed)
     return TrainingStatusCheckpointNotShared(
         f"Not every rank can resume from {what}: {listed}. Every rank must see the same checkpoint "
-        f"folder (rank{'s' if len(every) > 1 else ''} {_ranks(every)} cannot), so none resumes. Put the "
+        f"folder (rank{'s' if len(every) > 1 else ''} {numbers(every)} cannot), so none resumes. Put the "
         "checkpoints on storage every node mounts at the same path (a shared filesystem), or copy "
         "the folder to every node's path, and start again.",
         ranks=every, hosts=sorted({hosts.names[leader] for leader, _ in failed}),
     )
-
-
-def _ranks(numbers: list[int]) -> str:
-    """``1``, ``1, 3``, or ``4-7`` for a run of ranks (a host's), so a message stays short at scale."""
-    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
-        return f"{numbers[0]}-{numbers[-1]}"
-    shown = ", ".join(str(rank) for rank in numbers[:8])
-    return shown + (f" and {len(numbers) - 8} more" if len(numbers) > 8 else "")
 
 
 def entry_files(entry: Mapping[str, Any] | None) -> dict[str, int]:

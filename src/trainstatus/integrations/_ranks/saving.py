@@ -30,9 +30,9 @@ from typing import Any
 
 from ..._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointNotShared
 from .collectives import barrier, from_rank_0, gather, group, hosts_of
-from .hosts import Hosts
+from .hosts import Hosts, numbers
 from .hosts import ranks
-from .views import digest, opened_size, survey
+from .views import digest, opened_size, place, survey
 
 __all__ = ["entry_fields", "record"]
 
@@ -71,30 +71,41 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
         except OSError as exc:
             problem = f"syncing {exc.filename or folder} failed ({exc.strerror or exc})"
     # A failure of a host's walk is reported to rank 0 through the gather, not raised alone (a rank
-    # raising alone leaves the others waiting until the timeout).
-    reports = gather((digest(view), problem) if leads else None, link, me, doing)
+    # raising alone leaves the others waiting until the timeout). Every rank says which folder it
+    # names: one that names another than its host's leader walks its own below.
+    reports = gather((place(folder), digest(view), problem) if leads else (place(folder),), link, me, doing)
 
     def first() -> dict[str, Any] | _Ask:
         assert reports is not None
-        _refuse_failures(reports, hosts, folder, what)
+        _refuse_failures([(rank, report[2]) for rank, report in enumerate(reports) if len(report) == 3],
+                         hosts, folder, what)
         mine = digest(view)
-        differ = [rank for rank, report in enumerate(reports) if report is not None and report[0] != mine]
-        return _Ask(differ, view) if differ else write(True)
+        differ = [rank for rank, report in enumerate(reports) if len(report) == 3 and report[1] != mine]
+        strays = [rank for rank, report in enumerate(reports) if report[0] != reports[hosts.leaders[rank]][0]]
+        return _Ask(differ + strays, view, strays) if differ or strays else write(True)
 
     outcome = from_rank_0(first, me, link, doing)
     if isinstance(outcome, _Ask):
-        answer = None
-        if me.rank in outcome.ranks:
+        asked = outcome
+        answer: tuple[Any, ...] | None = None
+        if me.rank in outcome.strays:
+            try:
+                view = survey(folder, status_path)
+            except OSError as exc:
+                answer = ({}, {}, f"syncing {exc.filename or folder} failed ({exc.strerror or exc})")
+        if me.rank in outcome.ranks and answer is None:
             # Only the differences: this host's files rank 0 lists otherwise or not at all, and rank
             # 0's files this host lists otherwise, opened (a stale listing is not the answer).
             extra = {name: size for name, size in view.items() if outcome.view.get(name) != size}
             answer = (extra, {name: opened_size(os.path.join(folder, name))
-                              for name, size in outcome.view.items() if view.get(name) != size})
+                              for name, size in outcome.view.items() if view.get(name) != size}, None)
         answers = gather(answer, link, me, doing)
 
         def second() -> dict[str, Any]:
             assert answers is not None
-            _compare(view, answers, hosts, folder, what)
+            _refuse_failures([(rank, answer[2]) for rank, answer in enumerate(answers) if answer is not None],
+                             hosts, folder, what)
+            _compare(view, answers, hosts, set(asked.strays), folder, what)
             return write(True)
 
         outcome = from_rank_0(second, me, link, doing)
@@ -102,17 +113,17 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
 
 
 class _Ask:
-    """Rank 0's question instead of an outcome: the host leaders whose view's digest differs from
-    rank 0's, and rank 0's view, so that each answers with the differences, having opened the
-    files of it its own listing lacks."""
+    """Rank 0's question instead of an outcome: the ranks that answer (host leaders whose view's
+    digest differs from rank 0's, and ``strays``, ranks naming another folder than their host's
+    leader, which walk their own first), and rank 0's view, so that each answers with the
+    differences, having opened the files of it its own listing lacks."""
 
-    def __init__(self, ranks: list[int], view: dict[str, int]) -> None:
-        self.ranks, self.view = ranks, view
+    def __init__(self, ranks: list[int], view: dict[str, int], strays: list[int]) -> None:
+        self.ranks, self.view, self.strays = ranks, view, strays
 
 
-def _refuse_failures(reports: list[Any], hosts: Hosts, folder: str, what: str) -> None:
-    failed = [f"rank {rank} on {hosts.names[rank]}: {report[1]}"
-              for rank, report in enumerate(reports) if report is not None and report[1] is not None]
+def _refuse_failures(problems: list[tuple[int, str | None]], hosts: Hosts, folder: str, what: str) -> None:
+    failed = [f"rank {rank} on {hosts.names[rank]}: {problem}" for rank, problem in problems if problem is not None]
     if failed:
         raise TrainingStatusCheckpointError(
             f"Cannot record {what}: {'; '.join(failed)}. Nothing was recorded. Check that rank's disk and the "
@@ -121,7 +132,8 @@ def _refuse_failures(reports: list[Any], hosts: Hosts, folder: str, what: str) -
         )
 
 
-def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, folder: str, what: str) -> None:
+def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, strays: set[int], folder: str,
+             what: str) -> None:
     """Rank 0's check of the hosts it asked (see ``_Ask``), from the differences each sent: each
     file any host sees, rank 0 sees with the same size, and each file rank 0 sees, every host does.
     Where they differ, rank 0 first opens the file itself (its own listing may be the stale one)."""
@@ -131,7 +143,7 @@ def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, folder: s
     for rank, answer in enumerate(answers):
         if answer is None:
             continue
-        extra, reopened = answer
+        extra, reopened, _ = answer
         theirs: dict[str, int | None] = {**listed, **extra, **reopened}  # the host's view
         for name, size in extra.items():
             if own.get(name) != size:
@@ -140,10 +152,13 @@ def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, folder: s
                     own[name] = fresh
         seen.append((rank, theirs))
     host_0 = hosts.names[0]
-    problems: list[tuple[int, str]] = []
+    problems: list[tuple[int, str]] = []  # what the hosts saw that rank 0 does not
+    lacking: list[tuple[int, str]] = []  # what rank 0 sees that a host does not: said when nothing else is
     for rank, theirs in seen:
+        ranks = hosts.covered(rank, strays)
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {numbers(ranks)}"
+        sees, does = ("sees", "does") if len(ranks) == 1 else ("see", "do")
         host = hosts.names[rank]
-        who = _who(hosts, rank)
         unseen_by_0 = sorted(name for name, size in theirs.items() if size is not None and name not in own)
         differ = sorted(name for name, size in theirs.items() if size is not None and name in own and own[name] != size)
         unseen_by_them = sorted(name for name in listed if theirs.get(name) is None)
@@ -152,35 +167,21 @@ def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, folder: s
                                    "see"))
         if differ:
             shown = ", ".join(f"{name} ({theirs[name]} bytes, rank 0 sees {own[name]})" for name in differ[:3])
-            problems.append((rank, f"{who} on {host} {_verb(hosts, rank, 'sees', 'see')} {shown}"
-                                   f"{' and more' if len(differ) > 3 else ''}"))
+            problems.append((rank, f"{who} on {host} {sees} {shown}{' and more' if len(differ) > 3 else ''}"))
         if unseen_by_them:
-            problems.append((rank, f"{who} on {host} {_verb(hosts, rank, 'does', 'do')} not see {_some(unseen_by_them)}, "
-                                   f"which rank 0 on {host_0} sees"))
+            lacking.append((rank, f"{who} on {host} {does} not see {_some(unseen_by_them)}, which rank 0 on {host_0} "
+                                  "sees"))
+    problems = problems or lacking
     if problems:
-        leaders = sorted({rank for rank, _ in problems})
+        named = sorted({rank for rank, _ in problems})
         raise TrainingStatusCheckpointNotShared(
             f"Cannot record {what}: the ranks do not see the same files in {folder}: "
             f"{'; '.join(why for _, why in problems)}. Nothing was recorded. Every rank must write its files into "
             "one folder that every node sees at the same path (a shared filesystem); node-local output folders "
             "cannot hold a checkpoint that every rank resumes from.",
-            ranks=sorted(rank for leader in leaders for rank in hosts.on_host_of(leader)),
-            hosts=sorted({hosts.names[rank] for rank in leaders}), file_path=folder,
+            ranks=sorted(rank for leader in named for rank in hosts.covered(leader, strays)),
+            hosts=sorted({hosts.names[rank] for rank in named}), file_path=folder,
         )
-
-
-def _who(hosts: Hosts, leader: int) -> str:
-    """``rank 1``, or ``ranks 4-7`` for a host's ranks as one."""
-    on_host = hosts.on_host_of(leader)
-    if len(on_host) == 1:
-        return f"rank {leader}"
-    if on_host == list(range(on_host[0], on_host[-1] + 1)):
-        return f"ranks {on_host[0]}-{on_host[-1]}"
-    return f"ranks {_some([str(rank) for rank in on_host])}"
-
-
-def _verb(hosts: Hosts, leader: int, one: str, many: str) -> str:
-    return one if len(hosts.on_host_of(leader)) == 1 else many
 
 
 def _some(names: list[str]) -> str:

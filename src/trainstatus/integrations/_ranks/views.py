@@ -18,7 +18,7 @@ import orjson
 from ..._checkpoints.folders import sync_folders_above
 from ..._storage import atomic as _atomic
 
-__all__ = ["digest", "opened_size", "survey", "unseen"]
+__all__ = ["digest", "opened_size", "place", "survey", "unseen"]
 
 
 def survey(folder: str, status_path: str) -> dict[str, int]:
@@ -79,6 +79,14 @@ def digest(view: Mapping[str, int]) -> str:
     shared filesystem every host sees the same, so a host sends this, and its differences only when
     rank 0 asks (``saving``)."""
     return hashlib.blake2b(orjson.dumps(sorted(view.items())), digest_size=16).hexdigest()
+
+
+def place(path: str) -> str:
+    """What stands for the folder a rank names, in a gather: ranks of one host that name the same
+    folder see the same files, so one walks it for all. A rank that names another (a relative path
+    from another working folder, a path computed apart on each rank) walks its own
+    (``saving``, ``resuming``): its host's walk says nothing of it."""
+    return hashlib.blake2b(os.fsencode(os.path.abspath(path)), digest_size=8).hexdigest()
 
 
 def opened_size(path: str) -> int | None:
