@@ -56,3 +56,25 @@ def test_the_checkpoint_folder_itself_gone_is_an_error(tmp_path: Path, monkeypat
     monkeypatch.setattr(views._atomic, "sync_file", lambda fd: shutil.rmtree(folder))
     with pytest.raises(FileNotFoundError):
         views.survey(str(folder), str(tmp_path / "training_status.json"))
+
+
+def test_a_machine_whose_proc_cannot_tell_is_a_host_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without /proc's boot id and mount namespace, a rank is a host of its own (it walks and checks
+    # for itself): its key names this process by a random token, never by a pid, which processes of
+    # two machines may share.
+    from trainstatus.integrations._ranks import hosts
+
+    place = hosts.Distributed()
+    key = place.machine()
+    assert key.startswith(f"{place.host()}/") and str(os.getpid()) not in key.split("/")[1:]
+    real = os.stat
+
+    def no_proc(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(path).startswith("/proc/"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", no_proc)
+    alone = place.machine()
+    assert alone == f"{place.host()}/process {hosts._PROCESS_TOKEN}" and alone != key
+    assert str(os.getpid()) not in alone

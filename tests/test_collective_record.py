@@ -283,6 +283,37 @@ def test_a_file_rank_0_lists_late_is_opened_by_rank_0_before_it_is_refused(
     assert world.dirty == {}  # each file synced from its writer's host
 
 
+def test_a_file_rank_0_finds_only_by_opening_it_is_checked_on_every_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # node-a (rank 0) and node-c share a folder; node-b has a disk of its own holding only
+    # model.bin. Rank 0's listing is stale: it lacks x.bin, which node-c wrote. node-b's digest
+    # matches that stale listing, so node-b is not asked; rank 0 opens x.bin (node-c sees it) and,
+    # before recording it, asks every host: node-b does not see it, and nothing is recorded.
+    world = World(tmp_path, monkeypatch, hosts=["node-a", "node-b", "node-c"])
+    folders = [tmp_path / "shared" / NAME, tmp_path / "node-b" / NAME, tmp_path / "shared" / NAME]
+    world.write(0, folders[0] / "model.bin", b"m" * 10)
+    world.write(1, folders[1] / "model.bin", b"m" * 10)
+    world.write(2, folders[2] / "x.bin", b"x" * 7)
+    stale_listings(world, monkeypatch, 0, {"x.bin"}, times=1)
+    outcomes = world.run(*[lambda r: saving.record(str(folders[r]), str(folders[r].parent / STATUS),
+                                                   add(folders[r].parent), what=WHAT, timeout=SECONDS)] * 3)
+    found = errors(outcomes)
+    assert all(type(error) is TrainingStatusCheckpointNotShared for error in found)
+    assert all(str(error) == str(found[0]) for error in found)
+    assert "rank 1 on node-b does not see x.bin, which rank 0 on node-a sees" in str(found[0]), str(found[0])
+    assert recorded(tmp_path / "shared") == []
+
+
+def test_a_file_name_that_is_not_utf_8_is_recorded(world: World) -> None:
+    # Any name a folder can hold: the digest hashes the name's bytes (orjson refused its surrogates,
+    # and rank 0 raised alone between two collectives).
+    folder, odd = world.root(0) / NAME, os.fsdecode(b"shard-\xff.bin")
+    world.write(0, folder / "model.bin", b"m" * 10)
+    world.write(1, folder / odd, b"s" * 10)
+    entry, same = (outcome.result() for outcome in world.run(lambda r: record(world, r), lambda r: record(world, r)))
+    assert entry == same and f"{NAME}/{odd}" in entry["files"]
+
+
 # -- rank 0's outcome on every rank, after the write --------------------------------------------
 
 

@@ -21,6 +21,7 @@ import dataclasses
 import os
 import socket
 import sys
+import uuid
 from typing import Any
 
 __all__ = ["Distributed", "Hosts", "Ranks", "distributed", "numbers", "ranks"]
@@ -103,7 +104,8 @@ class Distributed:
                 boot = f.read().strip()
             mounts = os.stat("/proc/self/ns/mnt").st_ino
         except OSError:
-            return f"{self.host()}/pid {os.getpid()}"  # cannot tell: a host of its own
+            # Cannot tell: a host of its own. Not the pid: two machines' processes may share one.
+            return f"{self.host()}/process {_PROCESS_TOKEN}"
         return f"{self.host()}/{boot}/{mounts}"
 
     def loaded(self) -> Any:
@@ -132,4 +134,5 @@ def ranks() -> Ranks | None:
     return Ranks(int(dist.get_rank()), world, place.host())
 
 
+_PROCESS_TOKEN = uuid.uuid4().hex
 _PROCESS = Distributed()  # this process's, over the real torch.distributed

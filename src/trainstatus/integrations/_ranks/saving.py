@@ -66,10 +66,7 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
     view: dict[str, int] = {}
     problem: str | None = None
     if leads:
-        try:
-            view = survey(folder, status_path)
-        except OSError as exc:
-            problem = f"syncing {exc.filename or folder} failed ({exc.strerror or exc})"
+        view, problem = _walk(folder, status_path)
     # A failure of a host's walk is reported to rank 0 through the gather, not raised alone (a rank
     # raising alone leaves the others waiting until the timeout). Every rank says which folder it
     # names: one that names another than its host's leader walks its own below.
@@ -78,38 +75,74 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
     def first() -> dict[str, Any] | _Ask:
         assert reports is not None
         _refuse_failures([(rank, report[2]) for rank, report in enumerate(reports) if len(report) == 3],
-                         hosts, folder, what)
+                         hosts, set(), folder, what)
         mine = digest(view)
         differ = [rank for rank, report in enumerate(reports) if len(report) == 3 and report[1] != mine]
         strays = [rank for rank, report in enumerate(reports) if report[0] != reports[hosts.leaders[rank]][0]]
         return _Ask(differ + strays, view, strays) if differ or strays else write(True)
 
     outcome = from_rank_0(first, me, link, doing)
-    if isinstance(outcome, _Ask):
-        asked = outcome
-        answer: tuple[Any, ...] | None = None
-        if me.rank in outcome.strays:
-            try:
-                view = survey(folder, status_path)
-            except OSError as exc:
-                answer = ({}, {}, f"syncing {exc.filename or folder} failed ({exc.strerror or exc})")
-        if me.rank in outcome.ranks and answer is None:
-            # Only the differences: this host's files rank 0 lists otherwise or not at all, and rank
-            # 0's files this host lists otherwise, opened (a stale listing is not the answer).
-            extra = {name: size for name, size in view.items() if outcome.view.get(name) != size}
-            answer = (extra, {name: opened_size(os.path.join(folder, name))
-                              for name, size in outcome.view.items() if view.get(name) != size}, None)
-        answers = gather(answer, link, me, doing)
+    if not isinstance(outcome, _Ask):
+        return dict(outcome)
+    asked = outcome
+    strays = set(asked.strays)
+    answer: tuple[Any, ...] | None = None
+    if me.rank in strays:
+        view, problem = _walk(folder, status_path)
+        if problem is not None:
+            answer = ({}, {}, f"{problem}; this rank names another folder than its host's other ranks")
+    if me.rank in asked.ranks and answer is None:
+        # Only the differences: this host's files rank 0 lists otherwise or not at all, and rank
+        # 0's files this host lists otherwise, opened (a stale listing is not the answer).
+        extra = {name: size for name, size in view.items() if asked.view.get(name) != size}
+        answer = (extra, {name: opened_size(os.path.join(folder, name))
+                          for name, size in asked.view.items() if view.get(name) != size}, None)
+    answers = gather(answer, link, me, doing)
+    own: dict[str, int] = {}
 
-        def second() -> dict[str, Any]:
-            assert answers is not None
-            _refuse_failures([(rank, answer[2]) for rank, answer in enumerate(answers) if answer is not None],
-                             hosts, folder, what)
-            _compare(view, answers, hosts, set(asked.strays), folder, what)
-            return write(True)
+    def second() -> dict[str, Any] | _Confirm:
+        assert answers is not None
+        _refuse_failures([(rank, answer[2]) for rank, answer in enumerate(answers) if answer is not None],
+                         hosts, strays, folder, what)
+        own.update(_compare(view, answers, hosts, strays, folder, what))
+        # Files rank 0 found only by opening them (its own listing was stale): every other host
+        # must see them too, the hosts that were not asked (their digest matched the stale
+        # listing) as much as those that were.
+        added = {name: size for name, size in own.items() if view.get(name) != size}
+        return _Confirm(added) if added else write(True)
 
-        outcome = from_rank_0(second, me, link, doing)
-    return dict(outcome)
+    checked = from_rank_0(second, me, link, doing)
+    if not isinstance(checked, _Confirm):
+        return dict(checked)
+    names = checked.names
+    confirm = None
+    if me.rank != 0 and (leads or me.rank in strays):
+        confirm = {name: opened_size(os.path.join(folder, name)) for name in names}
+    confirms = gather(confirm, link, me, doing)
+
+    def third() -> dict[str, Any]:
+        assert confirms is not None
+        _compare(own, [None if seen is None else ({}, seen, None) for seen in confirms], hosts, strays, folder,
+                 what, listed=names)
+        return write(True)
+
+    return dict(from_rank_0(third, me, link, doing))
+
+
+def _walk(folder: str, status_path: str) -> tuple[dict[str, int], str | None]:
+    """``views.survey``, or what failed, said for rank 0's message (never raised alone: see ``record``)."""
+    try:
+        return survey(folder, status_path), None
+    except (OSError, ValueError) as exc:
+        return {}, f"syncing {getattr(exc, 'filename', None) or folder} failed ({getattr(exc, 'strerror', None) or exc})"
+
+
+class _Confirm:
+    """Rank 0's second question: the files it found only by opening them, with their sizes; every
+    host's leader and every stray opens them and answers."""
+
+    def __init__(self, names: dict[str, int]) -> None:
+        self.names = names
 
 
 class _Ask:
@@ -122,8 +155,11 @@ class _Ask:
         self.ranks, self.view, self.strays = ranks, view, strays
 
 
-def _refuse_failures(problems: list[tuple[int, str | None]], hosts: Hosts, folder: str, what: str) -> None:
-    failed = [f"rank {rank} on {hosts.names[rank]}: {problem}" for rank, problem in problems if problem is not None]
+def _refuse_failures(problems: list[tuple[int, str | None]], hosts: Hosts, strays: set[int], folder: str,
+                     what: str) -> None:
+    """Refuse when a walk failed: named by the ranks it stood for (a host's, or a stray's own)."""
+    failed = [f"{_who(hosts.covered(rank, strays))} on {hosts.names[rank]}: {problem}"
+              for rank, problem in problems if problem is not None]
     if failed:
         raise TrainingStatusCheckpointError(
             f"Cannot record {what}: {'; '.join(failed)}. Nothing was recorded. Check that rank's disk and the "
@@ -132,13 +168,17 @@ def _refuse_failures(problems: list[tuple[int, str | None]], hosts: Hosts, folde
         )
 
 
+def _who(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {numbers(ranks)}"
+
+
 def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, strays: set[int], folder: str,
-             what: str) -> None:
+             what: str, listed: Mapping[str, int] | None = None) -> dict[str, int]:
     """Rank 0's check of the hosts it asked (see ``_Ask``), from the differences each sent: each
     file any host sees, rank 0 sees with the same size, and each file rank 0 sees, every host does.
     Where they differ, rank 0 first opens the file itself (its own listing may be the stale one)."""
     own = dict(own)
-    listed = dict(own)  # rank 0's view as it asked: what the asked hosts opened
+    listed = dict(own if listed is None else listed)  # what the asked hosts were asked of (and opened)
     seen: list[tuple[int, dict[str, int | None]]] = []
     for rank, answer in enumerate(answers):
         if answer is None:
@@ -156,7 +196,7 @@ def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, strays: s
     lacking: list[tuple[int, str]] = []  # what rank 0 sees that a host does not: said when nothing else is
     for rank, theirs in seen:
         ranks = hosts.covered(rank, strays)
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {numbers(ranks)}"
+        who = _who(ranks)
         sees, does = ("sees", "does") if len(ranks) == 1 else ("see", "do")
         host = hosts.names[rank]
         unseen_by_0 = sorted(name for name, size in theirs.items() if size is not None and name not in own)
@@ -182,6 +222,7 @@ def _compare(own: Mapping[str, int], answers: list[Any], hosts: Hosts, strays: s
             ranks=sorted(rank for leader in named for rank in hosts.covered(leader, strays)),
             hosts=sorted({hosts.names[rank] for rank in named}), file_path=folder,
         )
+    return own
 
 
 def _some(names: list[str]) -> str:

@@ -13,8 +13,6 @@ import os
 import stat
 from collections.abc import Mapping
 
-import orjson
-
 from ..._checkpoints.folders import sync_folders_above
 from ..._storage import atomic as _atomic
 
@@ -78,7 +76,10 @@ def digest(view: Mapping[str, int]) -> str:
     """What stands for ``view`` in a gather: equal digests, equal views (names and sizes). On a
     shared filesystem every host sees the same, so a host sends this, and its differences only when
     rank 0 asks (``saving``)."""
-    return hashlib.blake2b(orjson.dumps(sorted(view.items())), digest_size=16).hexdigest()
+    hashed = hashlib.blake2b(digest_size=16)
+    for name, size in sorted(view.items()):
+        hashed.update(os.fsencode(name) + b"\0" + str(size).encode() + b"\n")  # any name a folder holds
+    return hashed.hexdigest()
 
 
 def place(path: str) -> str:
@@ -86,7 +87,11 @@ def place(path: str) -> str:
     folder see the same files, so one walks it for all. A rank that names another (a relative path
     from another working folder, a path computed apart on each rank) walks its own
     (``saving``, ``resuming``): its host's walk says nothing of it."""
-    return hashlib.blake2b(os.fsencode(os.path.abspath(path)), digest_size=8).hexdigest()
+    try:
+        absolute = os.path.abspath(path)
+    except OSError as exc:  # a relative path, and this rank's working folder was removed
+        return f"unresolved: {exc}"  # another than its host's: it walks its own, and says why it cannot
+    return hashlib.blake2b(os.fsencode(absolute), digest_size=8).hexdigest()
 
 
 def opened_size(path: str) -> int | None:
@@ -94,7 +99,7 @@ def opened_size(path: str) -> int | None:
     attributes, where a listing or a ``stat`` may be stale), or None when it cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name with a NUL byte (a status file edited by hand)
         return None
     try:
         return os.fstat(fd).st_size
@@ -108,7 +113,7 @@ def unseen(root: str, files: Mapping[str, int]) -> str | None:
         path = os.path.join(root, name)
         try:
             seen: int | None = os.stat(path).st_size
-        except OSError:
+        except (OSError, ValueError):
             seen = None
         if seen != size:
             seen = opened_size(path)  # a stale cached attribute (NFS) or negative lookup is not the answer
