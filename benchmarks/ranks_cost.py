@@ -8,7 +8,8 @@ operations on the checkpoint's files, bytes gathered, collectives, wall time.
 
 Two parts:
 
-- ``real``: ``torchrun --nproc_per_node=N`` (2, 4, 8) on this machine, gloo. Each rank
+- ``real``: ``torchrun --nproc_per_node=N`` (2, 4, 8) on this machine, gloo, and 4 and 8 ranks on
+  2 simulated hosts (a torchrun a host, each in a UTS namespace of its own: ``unshare --uts``, root). Each rank
   ``dcp.save``s a small state dict of its own (a shard a rank and ``.metadata``: N + 1 files) into
   ``step-K``, then every rank calls ``trainstatus.integrations.dcp.record``; after the rounds,
   ``last_complete_checkpoint`` (the decision). Each rank counts what it did (tests/_opcount.py:
@@ -31,7 +32,9 @@ import argparse
 import json
 import os
 import pickle
+import shlex
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -121,17 +124,42 @@ def _since(before: dict[str, Any], now_seen: dict[str, Any]) -> dict[str, Any]:
 # -- the driver ---------------------------------------------------------------------------------
 
 
-def run_real(ranks: int, args: argparse.Namespace, directory: str, src: str | None) -> dict[str, Any]:
-    """One torchrun of ``ranks`` ranks; per call, the counts summed over the ranks (the same in
-    every round: the first is shown), rank 0's collectives, and the wall time's median over rounds."""
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_real(ranks: int, hosts: int, args: argparse.Namespace, directory: str, src: str | None) -> dict[str, Any]:
+    """One run of ``ranks`` ranks on ``hosts`` hosts: one torchrun, or one a host, each in a UTS
+    namespace of its own with the host name ``node<i>`` (``unshare --uts``: root), all on the one
+    folder; per call, the counts summed over the ranks (the last round's: the group and its hosts
+    made), rank 0's collectives, and the wall time's median over rounds."""
     work = tempfile.mkdtemp(dir=directory)
     out = tempfile.mkdtemp(dir=directory)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if src is not None:
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-               os.path.abspath(__file__), "--worker", "--dir", work, "--out", out, "--rounds", str(args.rounds)]
-    subprocess.run(command, check=True, timeout=1800, env=env, stdout=subprocess.DEVNULL)
+    worker = [os.path.abspath(__file__), "--worker", "--dir", work, "--out", out, "--rounds", str(args.rounds)]
+    if hosts == 1:
+        commands = [[sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+                     *worker]]
+    else:
+        port = _free_port()
+        commands = [["unshare", "--uts", "sh", "-c", f"hostname node{node} && exec " + shlex.join(
+            [sys.executable, "-m", "torch.distributed.run", f"--nnodes={hosts}", f"--node_rank={node}",
+             f"--nproc_per_node={ranks // hosts}", "--master_addr=127.0.0.1", f"--master_port={port}", *worker])]
+                    for node in range(hosts)]
+    launched = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL) for command in commands]
+    try:
+        codes = [process.wait(timeout=1800) for process in launched]
+    finally:
+        for process in launched:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if any(codes):
+        raise RuntimeError(f"a run of {ranks} ranks on {hosts} hosts failed: exit statuses {codes}")
     per_rank = [json.load(open(os.path.join(out, f"rank-{rank}.json"))) for rank in range(ranks)]
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
@@ -148,8 +176,8 @@ def run_real(ranks: int, args: argparse.Namespace, directory: str, src: str | No
                                                   for i in range(1, args.rounds)) * 1000, 2)
     decision = summed([r["decision"] for r in per_rank])
     decision["ms"] = round(max(r["decision"]["seconds"] for r in per_rank) * 1000, 2)
-    return {"ranks": ranks, "files": ranks + 1, "version": "before" if src else "this", "record": record,
-            "decision": decision}
+    return {"ranks": ranks, "hosts": hosts, "files": ranks + 1, "version": "before" if src else "this",
+            "record": record, "decision": decision}
 
 
 class _Patches:
@@ -182,7 +210,7 @@ def run_simulated(ranks: int, per_host: int, directory: str) -> dict[str, Any]:
 
     hosts = [f"node-{rank // per_host}" for rank in range(ranks)]
     with _Patches() as monkeypatch:
-        world = World(Path(tempfile.mkdtemp(dir=directory)), monkeypatch, hosts=hosts)  # type: ignore[arg-type]
+        world = World(Path(tempfile.mkdtemp(dir=directory)), monkeypatch, hosts=hosts)
         root = world.root(0)
         folder = root / "step-3"
         for rank in range(ranks):
@@ -238,7 +266,8 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--dir", help="where the checkpoints are written (default: a new folder in the system's temp)")
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--ranks", default="2,4,8", help="rank counts of the real part")
+    parser.add_argument("--ranks", default="2,4,8,4/2,8/2",
+                        help="rank counts of the real part (ranks/hosts: on that many hosts, UTS namespaces)")
     parser.add_argument("--simulated", default="256/8,1024/8", help="ranks/ranks-a-host of the simulated part")
     parser.add_argument("--before", help="a src/ folder of another trainstatus, run side by side at real ranks")
     parser.add_argument("--simulated-only", action="store_true")
@@ -254,9 +283,10 @@ def main() -> None:
     try:
         real: list[dict[str, Any]] = []
         if not args.simulated_only:
-            for ranks in (int(n) for n in args.ranks.split(",")):
+            for spec in args.ranks.split(","):
+                ranks, _, hosts = spec.partition("/")
                 for src in ([None, os.path.abspath(args.before)] if args.before else [None]):
-                    real.append(run_real(ranks, args, directory, src))
+                    real.append(run_real(int(ranks), int(hosts or 1), args, directory, src))
         simulated = [run_simulated(int(r), int(h), directory)
                      for r, h in (spec.split("/") for spec in args.simulated.split(",") if spec)]
         report = {"when": now(), "machine": machine(directory), "rounds": args.rounds, "real": real,
