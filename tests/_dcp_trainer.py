@@ -14,6 +14,12 @@ saves every step into ``dir/step-<n>``, with ``dcp.save`` at odd steps and
 ``dcp.async_save(...).result()`` at even ones, and calls ``record(folder, step, keep=keep)``, up to
 step ``steps``. At the end rank 0 prints the SHA-256 of the full parameters (gathered).
 
+``inplace``: every step saved into ``dir/latest`` with ``trainstatus.integrations.dcp.save`` (the
+step kept in the state as ``step``), each ``recorded`` event with the SHA-256 of the model as it
+lies on disk (rank 0, ``disk_digest``); ``theirs`` then loads ``latest`` and says its digest;
+``die_in_write`` ([rank, step]) makes that rank's writer ``os._exit`` once the save is planned,
+before its shard is written.
+
 Options of that role for the tests: ``theirs`` (before the resume, every rank loads the highest
 ``step-*`` folder alone, ``no_dist=True``, into a model and optimizer of its own: what a loop without
 trainstatus resumes from), ``late`` (rank 1 writes a file of its own into the folder after the save,
@@ -63,6 +69,25 @@ def highest(directory: str) -> str | None:
     return os.path.join(directory, f"step-{max(steps)}") if steps else None
 
 
+def disk_digest(folder: str) -> str:
+    """The SHA-256 of the model's full parameters as they lie in the DCP folder ``folder`` (read in
+    this process alone: ``dcp_to_torch_save``), to tell a whole save from one that mixes two."""
+    import tempfile
+
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as scratch:
+        target = os.path.join(scratch, "full.pt")
+        dcp_to_torch_save(folder, target)
+        full = torch.load(target, weights_only=False)
+    sha = hashlib.sha256()
+    for name in sorted(full["model"]):
+        sha.update(name.encode())
+        sha.update(full["model"][name].numpy().tobytes())
+    return sha.hexdigest()
+
+
 def train(options: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
@@ -78,6 +103,7 @@ def train(options: dict[str, Any]) -> None:
 
     from trainstatus import TrainingStatusError
     from trainstatus.integrations.dcp import last_complete_checkpoint, record
+    from trainstatus.integrations.dcp import save as save_in_place
 
     torch.set_num_threads(1)
     if "exit_after" in options:  # [rank, a torch.distributed function]: that rank leaves after its first call
@@ -116,8 +142,11 @@ def train(options: dict[str, Any]) -> None:
         if options.get("linger"):
             sys.stdin.read()  # the test closes stdin once the other rank is done
 
+    inplace = options.get("inplace", False)
     if options.get("theirs"):
         theirs, ok, error = highest(directory), None, None
+        if inplace:
+            theirs = os.path.join(directory, "latest") if os.path.isdir(os.path.join(directory, "latest")) else None
         if theirs is not None:
             copy = state(*build())  # a model and optimizer of its own: this one's must not be touched
             try:
@@ -127,7 +156,8 @@ def train(options: dict[str, Any]) -> None:
                 ok = True
             except (Exception, CheckpointException) as exc:  # noqa: BLE001 - what dcp.load(<highest step-*>) raises
                 ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
-        say(event="theirs", path=theirs, ok=ok, error=error)
+        say(event="theirs", path=theirs, ok=ok, error=error,
+            digest=disk_digest(theirs) if inplace and ok and rank == 0 else None)
 
     started = time.monotonic()
     try:
@@ -142,9 +172,11 @@ def train(options: dict[str, Any]) -> None:
     model, optimizer = build()
     start = 0
     if path is not None:
-        start = int(os.path.basename(path).split("-")[1])
         loaded = state(model, optimizer)
+        if inplace:
+            loaded["step"] = torch.tensor(0)
         dcp.load(loaded, checkpoint_id=path)
+        start = int(loaded["step"]) if inplace else int(os.path.basename(path).split("-")[1])
         set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
     say(event="resumed", path=path, step=start, warnings=ours(caught), seconds=seconds)
 
@@ -156,6 +188,25 @@ def train(options: dict[str, Any]) -> None:
         optimizer.zero_grad()
         folder = os.path.join(directory, f"step-{step}")
         say(event="save-begin", step=step)
+        if inplace:
+            folder = os.path.join(directory, "latest")
+            writer = dcp.FileSystemWriter(folder)
+            if options.get("die_in_write") == [rank, step]:
+                class Dying(dcp.FileSystemWriter):  # type: ignore[misc]
+                    def write_data(self, plan: Any, planner: Any) -> Any:
+                        os._exit(9)  # planned with the others, killed before its shard is written
+
+                writer = Dying(folder)
+            try:
+                entry = save_in_place({**state(model, optimizer), "step": torch.tensor(step)}, folder, step,
+                                      keep=options.get("keep"), timeout=timeout, storage_writer=writer)
+            except (Exception, CheckpointException) as exc:  # noqa: BLE001 - rank 0, after rank 1 died
+                failed(exc, time.monotonic())
+                linger()
+                return
+            say(event="recorded", step=step, files=entry["files"], seconds=0.0,
+                digest=disk_digest(folder) if rank == 0 else None)
+            continue
         if step % 2:
             dcp.save(state(model, optimizer), checkpoint_id=folder)
         else:

@@ -522,3 +522,63 @@ def test_a_resume_from_a_checkpoint_only_node_0_has_is_refused_on_every_rank(
         assert error["seconds"] < BOUND
     assert [e["steps"] for e in recorded(tmp_path / "node0" / "training_status.json")] == [1]  # nothing dropped
     assert os.listdir(tmp_path / "node1") == []
+
+
+# -- a folder saved over in place (issue 38) -------------------------------------------------------
+
+
+def test_a_folder_saved_over_in_place_with_save_is_never_loaded_torn(torch_python: Path, tmp_path: Path,
+                                                                      no_leftovers: None) -> None:
+    # Every step saved into ckpt/latest with trainstatus.integrations.dcp.save. At step 3 rank 1 is
+    # killed once the save is planned, before its shard is written; rank 0 writes its shard of step
+    # 3 over step 2's. The folder then mixes two steps with the same sizes: DCP's own load of it
+    # succeeds, and gives a model that is neither step 2's nor step 3's. trainstatus had unlisted
+    # it before the save: the resume does not load it, and says so.
+    directory = tmp_path / "ckpt"
+    first = torchrun(torch_python, tmp_path, dir=str(directory), steps=5, inplace=True, die_in_write=[1, 3],
+                     timeout=BOUND)
+    try:
+        assert first.ended() != 0
+    finally:
+        first.close()
+    saved = {e["step"]: e["digest"] for e in first.events if e["event"] == "recorded" and e["rank"] == 0}
+    assert sorted(saved) == [1, 2] and None not in saved.values()
+    assert [e["type"] for e in first.events if e["event"] == "error"] != []  # rank 0's save failed
+    assert recorded(directory / "training_status.json") == []  # unlisted before step 3's save
+    second = torchrun(torch_python, tmp_path, dir=str(directory), steps=2, inplace=True, theirs=True,
+                      timeout=BOUND)
+    try:
+        theirs = second.each("theirs")
+        resumed = second.each("resumed")
+        assert second.ended() == 0, second.stderr()
+    finally:
+        second.close()
+    assert all(e["ok"] for e in theirs)  # DCP's own load of latest raised nothing...
+    assert theirs[0]["digest"] not in saved.values()  # ...and loaded neither step 2 nor step 3: torn
+    status = directory / "training_status.json"
+    for event in resumed:
+        assert (event["path"], event["step"]) == (None, 0)
+    assert resumed[0]["warnings"] == [
+        f"TrainingStatusCheckpointWarning: Passed over latest in {directory}: torch.distributed.checkpoint folders "
+        f"not recorded in {status} (a save that did not finish, one saved over in place while the run stopped, or "
+        "one saved without trainstatus.integrations.dcp.record or save), so not known to be whole. "
+        "last_complete_checkpoint() returns None: the run starts from scratch. If one of them is whole and yours, "
+        "record it (record(folder, step)) or load it yourself; if the status file is elsewhere, pass status_path=."]
+    assert resumed[1]["warnings"] == []
+    assert [(e["file_path"], e["steps"]) for e in recorded(status)] == [("latest", 2)]  # saved over, listed again
+
+
+def test_a_folder_saved_over_in_place_resumes_from_its_newest_step(torch_python: Path, tmp_path: Path,
+                                                                    no_leftovers: None) -> None:
+    directory = tmp_path / "ckpt"
+    for steps in (3, 5):
+        launch = torchrun(torch_python, tmp_path, dir=str(directory), steps=steps, inplace=True, timeout=BOUND)
+        try:
+            resumed = launch.each("resumed")
+            assert launch.ended() == 0, launch.stderr()
+        finally:
+            launch.close()
+        assert [(e["path"], e["step"]) for e in resumed] == [
+            (str(directory / "latest") if steps == 5 else None, 3 if steps == 5 else 0)] * 2
+        assert [(e["file_path"], e["steps"]) for e in recorded(directory / "training_status.json")] == [
+            ("latest", steps)]

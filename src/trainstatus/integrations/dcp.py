@@ -29,7 +29,12 @@ Usage (two lines beside DCP's own)::
     dcp.save(state_dict, checkpoint_id=folder)
     record(folder, step, keep=3)                       # every rank
 
-Without an initialized process group (one process) both work the same, without the collectives.
+A folder saved over in place (``ckpt/latest`` every step) is saved with ``save(state_dict, folder,
+step)`` instead of ``dcp.save`` and ``record``: it is unlisted before DCP writes into it, so a kill
+in the middle never leaves a torn folder listed. ``record`` refuses a folder listed under another
+step (saved over in place while listed), and unlists it.
+
+Without an initialized process group (one process) all three work the same, without the collectives.
 ``torch`` is imported only to read ``.metadata`` (``last_complete_checkpoint``).
 """
 
@@ -53,10 +58,11 @@ from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
 from ._shared.choice import choose, reasons
-from ._shared.upkeep import drop
+from ._dcp.places import refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_unrecorded
 from ._formats.dcp_metadata import METADATA, reader, whole
+from ._shared.upkeep import drop
 
-__all__ = ["CATEGORY", "STATUS_FILE", "last_complete_checkpoint", "record"]
+__all__ = ["CATEGORY", "STATUS_FILE", "last_complete_checkpoint", "record", "save"]
 
 STATUS_FILE = "training_status.json"
 """The status file's name in the folder that holds the checkpoint folders, unless ``status_path`` says otherwise."""
@@ -92,13 +98,10 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
       a rank that does not answer in time is named in a ``TrainingStatusCollectiveError``.
     """
     folder = _folder(checkpoint_dir, "record")
-    if type(step) is bool or not isinstance(step, numbers.Integral) or step < 0:
-        raise (TrainingStatusValueError if isinstance(step, numbers.Integral) and type(step) is not bool
-               else TrainingStatusTypeError)(
-            f"record({os.fspath(checkpoint_dir)!r}, step=...) needs the training step as an int >= 0, not {step!r}."
-        )
+    _check_step(step, checkpoint_dir, "record")
     root, name = os.path.split(folder)
     path = _status_path(root, status_path)
+    refuse_status_inside(path, folder, f"record {folder}")
 
     def write(synced: bool) -> dict[str, Any]:
         if not os.path.isfile(os.path.join(folder, METADATA)):
@@ -111,12 +114,61 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
         store = StatusStore(path)
         try:
             checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
+            over, _ = drop(checkpoints, lambda entry: entry.get("file_path") == name and entry.get("steps") != step)
+            if over:
+                raise TrainingStatusCheckpointError(
+                    f"Cannot record {folder} at step {step}: it was listed as step {over[0].get('steps')}, and this "
+                    "save went into it in place while it was listed (a kill during such a save leaves a folder "
+                    "that mixes two steps' shards, and a resume would load it). It is no longer listed, and "
+                    "nothing was recorded. Save with trainstatus.integrations.dcp.save(state_dict, folder, step), "
+                    "which unlists the folder before it saves over it, or save each step into a folder of its own.",
+                    path=path, category=CATEGORY, file_path=name,
+                )
             drop(checkpoints, lambda entry: _later(entry, int(step)))
             return checkpoints._add(int(step), name, reward=reward, synced=synced, fields=entry_fields())
         finally:
             store.close()
 
     return _record(folder, path, write, what=f"{folder} (step {step})", timeout=timeout)
+
+
+def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None = None,
+         keep: int | None = None, reward: float | None = None, timeout: float | None = None,
+         **save_options: Any) -> dict[str, Any]:
+    """``torch.distributed.checkpoint.save(state_dict, checkpoint_id=checkpoint_dir, **save_options)``,
+    then ``record(checkpoint_dir, step, ...)``: every rank calls it, with the same arguments.
+
+    Saving into a folder that is listed (``ckpt/latest`` every step, or a step folder saved again
+    after a resume) would leave it listed while DCP writes over it, shard by shard: a kill in the
+    middle leaves a folder mixing two steps' shards of the same sizes, which the size check passes
+    and a resume loads. So the folder is first unlisted, in one durable write by rank 0, and no
+    rank begins to save before that write is on disk; it is listed again once the save returned
+    on every rank and every file is durable. A kill in between leaves it unlisted:
+    ``last_complete_checkpoint`` returns the newest other recorded folder, or None with a warning
+    that names it. Returns the entry recorded; ``keep``, ``reward``, ``timeout`` and
+    ``status_path`` are ``record``'s.
+    """
+    folder = _folder(checkpoint_dir, "save into")
+    _check_step(step, checkpoint_dir, "save")
+    root, name = os.path.split(folder)
+    path = _status_path(root, status_path)
+    refuse_status_inside(path, folder, f"save into {folder}")
+
+    def unlist() -> None:
+        if not os.path.exists(path) and not _history(path):
+            return  # nothing is listed: nothing to drop
+        store = StatusStore(path)
+        try:
+            drop(CheckpointList(store, CATEGORY, keep=None, root=root), lambda entry: entry.get("file_path") == name)
+        finally:
+            store.close()
+
+    decide(unlist, lambda _: {}, root, what=f"the entry of {folder} to drop before it is saved over",
+           timeout=timeout)
+    import torch.distributed.checkpoint as torch_dcp
+
+    torch_dcp.save(state_dict, checkpoint_id=folder, **save_options)
+    return record(checkpoint_dir, step, status_path=status_path, keep=keep, reward=reward, timeout=timeout)
 
 
 def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | None = None,
@@ -141,9 +193,12 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
     root = _folder(directory, "read")
     path = _status_path(root, status_path)
     shown = os.fspath(directory)
+    refuse_checkpoint_folder(root, shown, path)
+    refuse_status_inside(path, None, f"read {path}")
 
     def pick() -> dict[str, Any] | None:
         if not os.path.exists(path) and not _history(path):
+            warn_unrecorded(unrecorded(root, set()), root, path, None)
             return None
         reader(root)  # before the store: without torch, raise rather than find every folder unreadable
         store = StatusStore(path, resume=True)
@@ -154,6 +209,9 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
                 newest = -1 if entry is None else entry["steps"]
                 drop(checkpoints, lambda e: _later(e, newest))
                 _warn_passed_over(entry, skipped, path, root, shown)
+            if entry is None:  # never a bare None while checkpoint folders lie there: name them
+                listed = {e["file_path"] for e in checkpoints.entries() if isinstance(e.get("file_path"), str)}
+                warn_unrecorded(unrecorded(root, listed), root, path, None)
             return entry
         finally:
             store.close()
@@ -179,6 +237,14 @@ def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, 
         "or save into another folder.",
         skipped=list(skipped), path=path, category=CATEGORY,
     ))
+
+
+def _check_step(step: Any, given: PathLike, action: str) -> None:
+    integer = type(step) is not bool and isinstance(step, numbers.Integral)
+    if not integer or step < 0:
+        raise (TrainingStatusValueError if integer else TrainingStatusTypeError)(
+            f"{action}({os.fspath(given)!r}, step=...) needs the training step as an int >= 0, not {step!r}."
+        )
 
 
 def _later(entry: Mapping[str, Any], step: int) -> bool:

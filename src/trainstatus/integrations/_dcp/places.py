@@ -1,0 +1,78 @@
+"""Where a DCP run's checkpoint folders and status file are, and what to say when a path given is
+not the right one: a checkpoint folder where the folder above it is expected, a status file inside
+a checkpoint folder, checkpoint folders that nothing recorded.
+
+A mistake in a path must never pass for a fresh run (``last_complete_checkpoint`` returning None,
+and the run starting over from step 0) nor unlist anything: each is refused before anything is
+read or written, or said in a warning that names the folders.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
+from .._formats.dcp_metadata import METADATA
+
+__all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_unrecorded"]
+
+
+def _is_checkpoint(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, METADATA))
+
+
+def refuse_checkpoint_folder(directory: str, shown: str, status_path: str) -> None:
+    """``last_complete_checkpoint(directory)`` names the folder that holds the checkpoint folders:
+    a checkpoint folder itself (it holds ``.metadata``) is refused, naming the folder above it."""
+    if _is_checkpoint(directory):
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({shown!r}): {directory} is a torch.distributed.checkpoint folder itself (it "
+            f"holds {METADATA}). Pass the folder above it, {os.path.dirname(directory)}, which holds the checkpoint "
+            "folders and the status file training_status.json that record() writes beside them. Nothing was read "
+            "or changed.",
+            path=status_path,
+        )
+
+
+def refuse_status_inside(status_path: str, folder: str | None, action: str) -> None:
+    """A status file inside a checkpoint folder is refused: a save into that folder would write
+    around it (or ``dcp.save`` would overwrite it), and a folder removed by a rotation takes it along."""
+    parent = os.path.dirname(status_path)
+    inside = folder is not None and (parent == folder or parent.startswith(folder + os.sep))
+    if inside or _is_checkpoint(parent):
+        where = folder if inside and folder is not None else parent
+        raise TrainingStatusValueError(
+            f"trainstatus.integrations.dcp cannot {action}: the status file {status_path} would lie inside the "
+            f"checkpoint folder {where}. Keep it beside the checkpoint folders (the default: training_status.json "
+            "in the folder that holds them), or pass status_path= outside every checkpoint folder. Nothing was "
+            "read or changed.",
+            path=status_path,
+        )
+
+
+def unrecorded(root: str, listed: set[str]) -> list[str]:
+    """The checkpoint folders of ``root`` (holding ``.metadata``) that no entry lists, by name. One
+    listing of ``root`` and a ``stat`` a folder: rank 0 alone calls it, when it found nothing to
+    resume from."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [name for name in names if name not in listed and _is_checkpoint(os.path.join(root, name))]
+
+
+def warn_unrecorded(names: list[str], root: str, status_path: str, returned: str | None) -> None:
+    """Say which checkpoint folders nothing recorded, and what ``last_complete_checkpoint`` returns."""
+    if not names:
+        return
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    answer = ("returns None: the run starts from scratch" if returned is None
+              else f"returns {returned}, the newest one recorded whole")  # (a caller may pass one)
+    warn(TrainingStatusCheckpointWarning(
+        f"Passed over {shown} in {root}: torch.distributed.checkpoint folders not recorded in {status_path} (a save "
+        "that did not finish, one saved over in place while the run stopped, or one saved without "
+        "trainstatus.integrations.dcp.record or save), so not known to be whole. last_complete_checkpoint() "
+        f"{answer}. If one of them is whole and yours, record it (record(folder, step)) or load it yourself; "
+        "if the status file is elsewhere, pass status_path=.",
+        path=status_path, category="dcp",
+    ))

@@ -1,0 +1,161 @@
+"""trainstatus.integrations.dcp without torch (issue 38): a folder saved over in place, wrong paths,
+a status file inside a checkpoint folder, checkpoint folders nothing recorded. What needs torch's
+own ``dcp.save`` and ``.metadata`` runs in tests/test_integration_dcp.py (the integrations group);
+here the folders are made by hand (a shard a rank and a ``.metadata``), the ranks are threads
+(tests/_fake_group.py), and ``torch.distributed.checkpoint`` is a stand-in module where a test
+needs ``save`` to be called."""
+
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _fake_group import World
+
+from trainstatus import (
+    StatusStore,
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusValueError,
+)
+from trainstatus.integrations import dcp
+
+SECONDS = 5.0
+
+
+def made(folder: Path, fill: bytes = b"a", ranks: int = 2) -> Path:
+    """A DCP-shaped folder: a shard a rank, then .metadata."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        (folder / f"__{rank}_0.distcp").write_bytes(fill * 64)
+    (folder / ".metadata").write_bytes(b"plan")
+    return folder
+
+
+def listed(root: Path) -> list[tuple[str, int]]:
+    with StatusStore(root / dcp.STATUS_FILE) as store:
+        return [(e["file_path"], e["steps"]) for e in store.get(dcp.CATEGORY, "checkpoints") or []]
+
+
+# -- a folder saved over in place -----------------------------------------------------------------
+
+
+def test_record_refuses_a_folder_listed_under_another_step_and_unlists_it(tmp_path: Path) -> None:
+    latest = made(tmp_path / "ckpt" / "latest")
+    dcp.record(latest, 1)
+    made(latest, b"b")  # dcp.save(..., checkpoint_id="ckpt/latest") at step 2, over the listed folder
+    with pytest.raises(TrainingStatusCheckpointError) as info:
+        dcp.record(latest, 2)
+    message = str(info.value)
+    assert message.startswith(f"Cannot record {latest} at step 2: it was listed as step 1, and this save went into it "
+                              "in place while it was listed"), message
+    assert "trainstatus.integrations.dcp.save(state_dict, folder, step)" in message
+    assert listed(tmp_path / "ckpt") == []  # a folder of unknown steps is never left listed
+    dcp.record(latest, 2)  # unlisted now: recorded as a new folder
+    assert listed(tmp_path / "ckpt") == [("latest", 2)]
+
+
+def test_record_again_at_the_same_step_is_not_a_save_over_in_place(tmp_path: Path) -> None:
+    latest = made(tmp_path / "ckpt" / "step-3")
+    dcp.record(latest, 3)
+    dcp.record(latest, 3)
+    assert listed(tmp_path / "ckpt") == [("step-3", 3)]
+
+
+def test_the_refusal_reaches_every_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World(tmp_path, monkeypatch)
+    latest = made(world.root(0) / "latest")
+    world.run(*[lambda rank: dcp.record(latest, 1, timeout=SECONDS)] * 2)
+    made(latest, b"b")
+    outcomes = world.run(*[lambda rank: dcp.record(latest, 2, timeout=SECONDS)] * 2)
+    assert all(type(outcome.error) is TrainingStatusCheckpointError for outcome in outcomes), outcomes
+    assert str(outcomes[0].error) == str(outcomes[1].error)
+    assert listed(world.root(0)) == []
+
+
+def fake_torch_dcp(monkeypatch: pytest.MonkeyPatch, save: Any) -> None:
+    """``import torch.distributed.checkpoint`` gives a module whose ``save`` is ``save`` (the ranks
+    are threads whose process group is the fake one: torch itself is never asked)."""
+    module = types.ModuleType("torch.distributed.checkpoint")
+    module.save = save  # type: ignore[attr-defined]
+    for name in ("torch", "torch.distributed"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "torch.distributed.checkpoint", module)
+    monkeypatch.setattr(sys.modules["torch.distributed"], "checkpoint", module, raising=False)
+
+
+def test_save_unlists_the_folder_before_any_rank_writes_into_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World(tmp_path, monkeypatch)
+    root = world.root(0)
+    latest = made(root / "latest")
+    world.run(*[lambda rank: dcp.record(latest, 1, timeout=SECONDS)] * 2)
+    seen_listed: list[list[tuple[str, int]]] = []
+
+    def save(state_dict: Any, checkpoint_id: str, **options: Any) -> None:
+        rank = world.rank()
+        assert rank is not None
+        seen_listed.append(listed(root))  # what a kill at this moment would leave for the resume
+        (Path(checkpoint_id) / f"__{rank}_0.distcp").write_bytes(b"c" * 64)
+        if rank == 0:
+            (Path(checkpoint_id) / ".metadata").write_bytes(b"plan")
+
+    fake_torch_dcp(monkeypatch, save)
+    entries = world.run(*[lambda rank: dcp.save({"w": rank}, latest, 2, timeout=SECONDS)] * 2)
+    assert seen_listed == [[], []]  # neither rank began its save while the folder was listed
+    assert [outcome.result()["steps"] for outcome in entries] == [2, 2]
+    assert listed(root) == [("latest", 2)]
+
+
+# -- wrong paths ----------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_folder_given_for_the_folder_above_it_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    step = made(tmp_path / "ck" / "step-4")
+    dcp.record(step, 4)
+    before = (tmp_path / "ck" / dcp.STATUS_FILE).read_bytes()
+    with pytest.raises(TrainingStatusValueError) as info:
+        dcp.last_complete_checkpoint(tmp_path / "ck" / "step-4")
+    assert str(info.value).startswith(
+        f"last_complete_checkpoint('{step}'): {step} is a torch.distributed.checkpoint folder itself (it holds "
+        f".metadata). Pass the folder above it, {tmp_path / 'ck'}, which holds"), str(info.value)
+    assert (tmp_path / "ck" / dcp.STATUS_FILE).read_bytes() == before
+
+
+def test_checkpoint_folders_nothing_recorded_are_named_rather_than_a_bare_none(tmp_path: Path) -> None:
+    # dcp.save without record (or the status file left elsewhere): no status file, folders there.
+    for step in (1, 2):
+        made(tmp_path / "ck" / f"step-{step}")
+    (tmp_path / "ck" / "logs").mkdir()  # not a checkpoint folder: not named
+    with pytest.warns(TrainingStatusCheckpointWarning) as caught:
+        assert dcp.last_complete_checkpoint(tmp_path / "ck") is None
+    [warning] = [str(w.message) for w in caught]
+    assert warning.startswith(f"Passed over step-1, step-2 in {tmp_path / 'ck'}: torch.distributed.checkpoint "
+                              f"folders not recorded in {tmp_path / 'ck' / dcp.STATUS_FILE}"), warning
+    assert "last_complete_checkpoint() returns None: the run starts from scratch" in warning
+
+
+def test_a_fresh_run_says_nothing(tmp_path: Path) -> None:
+    (tmp_path / "ck").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dcp.last_complete_checkpoint(tmp_path / "ck") is None
+
+
+@pytest.mark.parametrize("call", ["record", "save", "last_complete_checkpoint"])
+def test_a_status_file_inside_a_checkpoint_folder_is_refused(tmp_path: Path, call: str) -> None:
+    step = made(tmp_path / "ck" / "step-1")
+    inside = step / "training_status.json"
+    with pytest.raises(TrainingStatusValueError) as info:
+        if call == "record":
+            dcp.record(step, 1, status_path=inside)
+        elif call == "save":
+            dcp.save({}, step, 1, status_path=inside)
+        else:
+            dcp.last_complete_checkpoint(tmp_path / "ck", status_path=inside)
+    assert f"the status file {inside} would lie inside the checkpoint folder {step}" in str(info.value)
+    assert not inside.exists()
