@@ -80,12 +80,12 @@ def test_the_refusal_reaches_every_rank(tmp_path: Path, monkeypatch: pytest.Monk
 def fake_torch_dcp(monkeypatch: pytest.MonkeyPatch, save: Any) -> None:
     """``import torch.distributed.checkpoint`` gives a module whose ``save`` is ``save`` (the ranks
     are threads whose process group is the fake one: torch itself is never asked)."""
-    module = types.ModuleType("torch.distributed.checkpoint")
+    module = types.ModuleType("torch.distributed.checkpoint.state_dict_saver")
     module.save = save  # type: ignore[attr-defined]
-    for name in ("torch", "torch.distributed"):
+    for name in ("torch", "torch.distributed", "torch.distributed.checkpoint"):
         monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "torch.distributed.checkpoint", module)
-    monkeypatch.setattr(sys.modules["torch.distributed"], "checkpoint", module, raising=False)
+    monkeypatch.setitem(sys.modules, "torch.distributed.checkpoint.state_dict_saver", module)
+    monkeypatch.setattr(sys.modules["torch.distributed.checkpoint"], "state_dict_saver", module, raising=False)
 
 
 def test_save_unlists_the_folder_before_any_rank_writes_into_it(tmp_path: Path,

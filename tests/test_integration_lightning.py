@@ -468,3 +468,31 @@ def test_the_check_reads_metadata_not_data(torch_python: Path, tmp_path: Path) -
     assert figures["changed"] == [True, []]
     print(f"\nlast_complete_checkpoint read {small['read']:,} bytes for a {small['size']:,}-byte checkpoint and "
           f"{big['read']:,} bytes for a {big['size']:,}-byte one ({big['members']} members each)")
+
+
+WRONG_PATHS = r"""
+import json, os, sys
+from trainstatus.integrations.lightning import last_complete_checkpoint
+folder = sys.argv[1]
+seen = []
+for given in (os.path.join(folder, "last.ckpt"), "s3://bucket/ckpts"):
+    try:
+        seen.append(["returned", last_complete_checkpoint(given)])
+    except Exception as exc:
+        seen.append([type(exc).__name__, str(exc)])
+print(json.dumps(seen))
+"""
+
+
+def test_a_checkpoint_or_a_remote_folder_is_refused_never_a_fresh_run(torch_python: Path, trained: Path) -> None:
+    # last_complete_checkpoint("ckpts/last.ckpt") and an s3:// dirpath used to return None: the run
+    # trained from step 0 with no word.
+    done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(trained)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    (kind, message), (remote_kind, remote) = json.loads(done.stdout)
+    assert kind == "TrainingStatusValueError", message
+    assert message.startswith(f"last_complete_checkpoint('{trained / 'last.ckpt'}'): {trained / 'last.ckpt'} is a "
+                              f"checkpoint itself. Pass the folder that holds the checkpoints (ModelCheckpoint's "
+                              f"dirpath), {trained}:"), message
+    assert remote_kind == "TrainingStatusValueError" and "remote storage" in remote, remote

@@ -10,6 +10,7 @@ docs/transformers.md quotes them.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -333,3 +334,35 @@ def test_the_run_folder_is_checked_from_any_current_directory(trained: tuple[Pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert (f"info: transformers: relative checkpoint paths are looked up under {directory}, recorded in "
             "transformers/checkpoint_root\n") in done.stdout
+
+
+WRONG_PATHS = r"""
+import json, os, sys
+from trainstatus.integrations.transformers import last_complete_checkpoint
+out = sys.argv[1]
+status = open(os.path.join(out, "training_status.json"), "rb").read()
+seen = []
+for given in (os.path.join(out, sorted(n for n in os.listdir(out) if n.startswith("checkpoint-"))[-1]),
+              "s3://bucket/" + os.path.basename(out)):
+    try:
+        seen.append(["returned", last_complete_checkpoint(given)])
+    except Exception as exc:
+        seen.append([type(exc).__name__, str(exc)])
+seen.append(["unchanged", open(os.path.join(out, "training_status.json"), "rb").read() == status])
+print(json.dumps(seen))
+"""
+
+
+def test_a_checkpoint_folder_or_a_remote_path_is_refused_never_a_fresh_run(torch_python: Path, run: Path) -> None:
+    # last_complete_checkpoint("out/checkpoint-212") used to return None: the run trained from step
+    # 0, and the callback then unlisted checkpoints 210-212 (still on disk) as ones it saves over.
+    done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(run)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    (kind, message), (remote_kind, remote), unchanged = json.loads(done.stdout)
+    newest = sorted(folders(run))[-1]
+    assert kind == "TrainingStatusValueError", message
+    assert message.startswith(f"last_complete_checkpoint('{run / newest}'): {run / newest} is a checkpoint folder "
+                              f"itself. Pass the folder above it, the run's output_dir, {run}:"), message
+    assert remote_kind == "TrainingStatusValueError" and "this is not a local path" in remote, remote
+    assert unchanged == ["unchanged", True]

@@ -165,9 +165,9 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
 
     decide(unlist, lambda _: {}, root, what=f"the entry of {folder} to drop before it is saved over",
            timeout=timeout)
-    import torch.distributed.checkpoint as torch_dcp
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-    torch_dcp.save(state_dict, checkpoint_id=folder, **save_options)
+    dcp_save(state_dict, checkpoint_id=folder, **save_options)
     return record(checkpoint_dir, step, status_path=status_path, keep=keep, reward=reward, timeout=timeout)
 
 

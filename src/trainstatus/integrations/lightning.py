@@ -64,7 +64,7 @@ from .._storage import filenames as _names
 from .._store import StatusStore
 from ._formats.dcp_metadata import METADATA
 from ._lightning import strategies as _strategies
-from ._lightning.common import CATEGORY, STATUS_FILE, local, score, whole
+from ._lightning.common import CATEGORY, STATUS_FILE, local, resume_folder, score, whole
 from ._lightning.common import status_path as _status_path
 from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
@@ -314,7 +314,7 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     strategy without ``TrainStatusCallback``, which saves past the plugin) is named in a
     ``TrainingStatusCheckpointWarning``: it is not returned.
     """
-    folder = os.path.abspath(os.fspath(dirpath))
+    folder = resume_folder(dirpath)
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
     given = _strategies.Resumed(folder, path, None, _hosts.ranks() is not None)
     name, shown = _decide(given, timeout, os.fspath(dirpath))

@@ -51,7 +51,7 @@ from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
 from ._ranks import saving as _saving
 from ._shared.choice import Words, newest_whole, pick, reasons, warn_passed_over
-from ._transformers.folders import unrecorded, warn_unrecorded, whole
+from ._transformers.folders import output_folder, unrecorded, warn_unrecorded, whole
 from ._transformers.upkeep import Best, best_fix, drop_later, remove, rotate
 from ._transformers.upkeep import output_dir as _output_dir
 
@@ -278,7 +278,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str], *,
     ``TrainingStatusCheckpointNotShared``. ``timeout``: seconds to wait for every rank (default:
     torch's 1800; ``TrainingStatusCollectiveError`` after it).
     """
-    root = os.path.abspath(os.fspath(output_dir))
+    root = output_folder(output_dir)
     path = _status_path(root, None if status_path is None else os.path.abspath(os.fspath(status_path)))
     _warn_alone(root, path)
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._checkpoints.files import FILES
-from ..._errors import TrainingStatusError
+from ..._errors import TrainingStatusError, TrainingStatusValueError
 from .._formats import dcp_metadata as _dcp_folders
 from .._formats import torch_zip as _torch_zip
 
@@ -90,3 +90,24 @@ def whole(folder: str) -> Callable[[dict[str, Any]], bool]:
         return True
 
     return check
+
+
+def resume_folder(dirpath: str | os.PathLike[str]) -> str:
+    """``dirpath`` as a local folder of checkpoints, or refused: a mistake must not pass for a fresh
+    run (None, and the run starting over from step 0)."""
+    given = os.fspath(dirpath)
+    if "://" in given:
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({given!r}): checkpoints on remote storage are not recorded by "
+            "trainstatus.integrations.lightning yet (TrainStatusCheckpointIO makes local files durable), so "
+            "nothing recorded can be read there. Give ModelCheckpoint a local dirpath to have them recorded, or "
+            "resume with Lightning's own ckpt_path. Nothing was read."
+        )
+    folder = os.path.abspath(given)
+    if folder.endswith(".ckpt") and os.path.exists(folder):
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({given!r}): {folder} is a checkpoint itself. Pass the folder that holds "
+            f"the checkpoints (ModelCheckpoint's dirpath), {os.path.dirname(folder)}: the answer is the newest "
+            "whole checkpoint recorded there. Nothing was read or changed."
+        )
+    return folder

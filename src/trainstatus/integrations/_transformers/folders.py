@@ -22,7 +22,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..._checkpoints.checkpoint_list import CheckpointList
 from ..._checkpoints.files import CHECKPOINTS, FILES, _faults
-from ..._errors import TrainingStatusCheckpointWarning, warn
+from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
 from ..._store import StatusStore
 from .._formats import safetensors as _safetensors
 from .._formats import torch_zip as _torch_zip
@@ -111,3 +111,25 @@ def _zipped(path: str) -> bool:
     another format (``torch.save``'s legacy pickle) is left to the size check."""
     with open(path, "rb") as f:
         return f.read(len(_ZIP)) == _ZIP
+
+
+def output_folder(output_dir: str | os.PathLike[str]) -> str:
+    """``output_dir`` as the local folder that holds the ``checkpoint-<step>`` folders, or refused:
+    a mistake must not pass for a fresh run (None, the run starting over from step 0, and the
+    callback then unlisting the checkpoints it would save over)."""
+    given = os.fspath(output_dir)
+    if "://" in given:
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({given!r}): the Trainer saves its checkpoints into a local output_dir, "
+            "and this is not a local path. Pass the local output_dir of the run (copy a checkpoint folder back "
+            "from remote storage into it first). Nothing was read."
+        )
+    root = os.path.abspath(given)
+    named = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-\d+", os.path.basename(root))
+    if named and os.path.isfile(os.path.join(root, "trainer_state.json")):
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({given!r}): {root} is a checkpoint folder itself. Pass the folder above "
+            f"it, the run's output_dir, {os.path.dirname(root)}: the answer is the newest whole checkpoint "
+            "recorded there. Nothing was read or changed."
+        )
+    return root
