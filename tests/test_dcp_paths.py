@@ -159,3 +159,26 @@ def test_a_status_file_inside_a_checkpoint_folder_is_refused(tmp_path: Path, cal
             dcp.last_complete_checkpoint(tmp_path / "ck", status_path=inside)
     assert f"the status file {inside} would lie inside the checkpoint folder {step}" in str(info.value)
     assert not inside.exists()
+
+
+# -- called before the process group ----------------------------------------------------------------
+
+
+def test_a_rank_of_a_launch_without_its_process_group_is_warned(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchrun started 2 processes (WORLD_SIZE=2); this one calls before init_process_group: it
+    # decides alone, and rank 1 may decide otherwise. (Transformers warned; DCP said nothing.)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    (tmp_path / "ck").mkdir()
+    with pytest.warns(TrainingStatusCheckpointWarning) as caught:
+        assert dcp.last_complete_checkpoint(tmp_path / "ck") is None
+    [message] = [str(w.message) for w in caught]
+    assert message.startswith(f"last_complete_checkpoint('{tmp_path / 'ck'}') ran in one of 2 processes (WORLD_SIZE=2) "
+                              "before this one joined their torch.distributed process group"), message
+    step = made(tmp_path / "ck" / "step-1")
+    with pytest.warns(TrainingStatusCheckpointWarning, match=r"^record\(.*step-1', 1\) ran in one of 2 processes"):
+        dcp.record(step, 1)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dcp.record(step, 1)

@@ -58,7 +58,8 @@ from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
 from ._shared.choice import choose, reasons
-from ._dcp.places import refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_unrecorded
+from ._dcp.places import refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_unrecorded
+from ._ranks.hosts import ranks
 from ._formats.dcp_metadata import METADATA, reader, whole
 from ._shared.upkeep import drop
 
@@ -102,6 +103,7 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
     root, name = os.path.split(folder)
     path = _status_path(root, status_path)
     refuse_status_inside(path, folder, f"record {folder}")
+    warn_alone(f"record({os.fspath(checkpoint_dir)!r}, {step})", path, ranks() is not None)
 
     def write(synced: bool) -> dict[str, Any]:
         if not os.path.isfile(os.path.join(folder, METADATA)):
@@ -195,6 +197,7 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
     shown = os.fspath(directory)
     refuse_checkpoint_folder(root, shown, path)
     refuse_status_inside(path, None, f"read {path}")
+    warn_alone(f"last_complete_checkpoint({shown!r})", path, ranks() is not None)
 
     def pick() -> dict[str, Any] | None:
         if not os.path.exists(path) and not _history(path):

@@ -14,11 +14,25 @@ import os
 from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
 from .._formats.dcp_metadata import METADATA
 
-__all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_unrecorded"]
+__all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_alone", "warn_unrecorded"]
 
 
 def _is_checkpoint(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, METADATA))
+
+
+def warn_alone(call: str, status_path: str, grouped: bool) -> None:
+    """Warn when this process is one of several a launcher started (``WORLD_SIZE``) but no process
+    group of theirs is initialized (``grouped`` False): it decides or records alone, and the ranks
+    may resume from different folders."""
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1 and not grouped:
+        warn(TrainingStatusCheckpointWarning(
+            f"{call} ran in one of {world} processes (WORLD_SIZE={world}) before this one joined their "
+            "torch.distributed process group: it ran alone, and the ranks may resume from (or record) different "
+            "checkpoints. Call torch.distributed.init_process_group(...) first, then call it on every rank.",
+            path=status_path, category="dcp",
+        ))
 
 
 def refuse_checkpoint_folder(directory: str, shown: str, status_path: str) -> None:
