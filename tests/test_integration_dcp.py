@@ -441,7 +441,7 @@ def test_a_rank_that_leaves_after_the_barrier_is_named_by_rank_0(torch_python: P
 def test_a_rank_late_past_the_timeout_is_named_and_raises_too(torch_python: Path, tmp_path: Path,
                                                               no_leftovers: None) -> None:
     # Rank 1 waits (for the test) before its record until rank 0's has raised, naming it; then its
-    # own record raises too: rank 0 no longer answers. Neither hangs; nothing is recorded.
+    # own record raises too, saying it came late. Neither hangs; nothing is recorded.
     directory = tmp_path / "ckpt"
     launches = started_directly(torch_python, tmp_path, {"dir": str(directory), "steps": 1, "timeout": 5,
                                                           "hold_before_record": 1, "linger": True})
@@ -458,8 +458,10 @@ def test_a_rank_late_past_the_timeout_is_named_and_raises_too(torch_python: Path
         f"Rank 0 of 2 on {HOST}, {what}: rank 1 (the last it reached: the check of choosing the newest complete "
         f"checkpoint of {directory}) did not answer within 5 s ([Rank 0]: Ranks 1 failed to pass monitoredBarrier "
         "in 5000 ms). "), first["message"]
+    # Rank 1 says it was the late one (issue 38: it used to say "rank 0 did not answer").
     assert second["message"].startswith(
-        f"Rank 1 of 2 on {HOST}, {what}: rank 0 did not answer within 5 s ("), second["message"]
+        f"Rank 1 of 2 on {HOST}, {what}: this rank was the late one. It reached the barrier of {what} "), \
+        second["message"]
     assert first["seconds"] < BOUND and second["seconds"] < BOUND
     assert recorded(directory / "training_status.json") == []
 

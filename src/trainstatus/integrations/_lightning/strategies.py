@@ -176,8 +176,8 @@ def agree(resumed: Resumed | None, again: Callable[[Resumed, str], str | None], 
     me = ranks()
     if me is None:
         return
-    link = group(timeout)
     doing = "checking the resume"
+    link = group(timeout, doing)
     answers = gather((me.host, resumed), link, me, doing)
     first: Resumed | None = from_rank_0(lambda: answers[0][1] if answers else None, me, link, doing)
     if first is None or first.collective:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import datetime
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -46,7 +47,7 @@ class Link:
     hosts: Hosts | None = None
 
 
-def group(timeout: float | None) -> Link:
+def group(timeout: float | None, doing: str = "making the group of trainstatus's collectives") -> Link:
     """The gloo group of this process group and ``timeout`` (made on first use: every rank makes it
     at the same call, as ``new_group`` requires), with its timeout in seconds.
 
@@ -60,7 +61,18 @@ def group(timeout: float | None) -> Link:
     seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
     link = place.links.get(seconds)
     if link is None or link.group not in dist.distributed_c10d._world.pg_map:
-        made = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
+        try:
+            made = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
+        except Exception as exc:  # noqa: BLE001 - torch's DistStoreError, DistNetworkError, RuntimeError...
+            me = Ranks(int(dist.get_rank()), int(dist.get_world_size()), place.host())
+            raise TrainingStatusCollectiveError(
+                f"Rank {me.rank} of {me.world_size} on {me.host}, {doing}: not every rank made trainstatus's gloo "
+                f"group of collectives within {seconds:g} s ({type(exc).__name__}: {exc}). Every rank must call "
+                "the same trainstatus function at the same point, with the same timeout=; look at the output of "
+                "the ranks that did not (a save still running, a rank that stopped or crashed). Nothing was "
+                "recorded or chosen by this rank.",
+                rank=me.rank,
+            ) from exc
         if not place.links:
             atexit.register(place.links.clear)  # released before the interpreter's own teardown
         link = place.links[seconds] = Link(made, seconds)
@@ -102,6 +114,16 @@ def _collective(step: str, call: Callable[[], T], seconds: float, me: Ranks, doi
     try:
         return call()
     except RuntimeError as exc:
+        late = progress.late_self(me, seconds)
+        if late is not None:
+            raise TrainingStatusCollectiveError(
+                f"Rank {me.rank} of {me.world_size} on {me.host}, {doing}: this rank was the late one. It reached "
+                f"{step} {late}, past the {seconds:g} s timeout, and they had given up waiting for it ({exc}). "
+                "Nothing more was recorded or chosen by this rank. Look at what held it before this call (its "
+                "save still running, the process stopped or in a debugger); a larger timeout= helps only a rank "
+                "that is slow, not one that stopped.",
+                rank=me.rank,
+            ) from exc
         raise _failed(me, doing, seconds, progress.behind(me) or unnamed, exc) from exc
 
 
@@ -119,6 +141,7 @@ class Progress:
         self.store: Any = None
         self.of: Any = None  # the store the clone was made from
         self.unsure = False  # this rank's own last set failed: its key (and so every count) may be stale
+        self.entered = 0.0  # when this rank entered its last collective (time.time(): ranks compare)
 
     def _store(self) -> Any:
         default: Any = self.place.loaded().distributed_c10d._get_default_store()  # Any: clone() is not in its stubs
@@ -131,8 +154,9 @@ class Progress:
 
     def enter(self, me: Ranks, step: str) -> None:
         self.count += 1
+        self.entered = time.time()
         try:
-            self._store().set(f"trainstatus/progress/{me.rank}", f"{self.count} {step}")
+            self._store().set(f"trainstatus/progress/{me.rank}", f"{self.count} {self.entered:.3f} {step}")
             self.unsure = False
         except Exception:  # noqa: BLE001 - a store that fails only makes the message less precise
             self.store = self.of = None
@@ -147,15 +171,38 @@ class Progress:
             for rank in range(me.world_size):
                 if rank == me.rank:
                     continue  # the rank that raises reached this collective, whatever its key says
-                key = f"trainstatus/progress/{rank}"
-                count, step = store.get(key).decode().split(" ", 1) if store.check([key]) else ("0", "none yet")
-                if int(count) < self.count:
+                count, _, step = self._key(store, rank)
+                if count < self.count:
                     late.append(f"rank {rank} (the last it reached: {step})")
         except Exception:  # noqa: BLE001 - see the class docstring
             return None
         if not late:
             return None
         return f"{', '.join(late)} did not answer"
+
+    def _key(self, store: Any, rank: int) -> tuple[int, float, str]:
+        key = f"trainstatus/progress/{rank}"
+        if not store.check([key]):
+            return 0, 0.0, "none yet"
+        count, when, step = store.get(key).decode().split(" ", 2)
+        return int(count), float(when), step
+
+    def late_self(self, me: Ranks, seconds: float) -> str | None:
+        """How late this rank came to its collective, when every other rank had entered it more than
+        ``seconds`` before (they timed out waiting for it: a stopped or slow rank that goes on
+        finds them gone, and must not blame them), else None. Rank 0 only checks the others, who
+        may be ahead; this is for the ranks that reach a collective after everyone gave up."""
+        if self.unsure:
+            return None
+        try:
+            store = self._store()
+            others = [self._key(store, rank) for rank in range(me.world_size) if rank != me.rank]
+        except Exception:  # noqa: BLE001 - see the class docstring
+            return None
+        if not others or any(count != self.count or self.entered - when <= seconds for count, when, _ in others):
+            return None
+        earliest = min(when for _, when, _ in others)
+        return f"{self.entered - earliest:.1f} s after the other ranks had"
 
 
 def barrier(link: Link, me: Ranks, doing: str) -> None:

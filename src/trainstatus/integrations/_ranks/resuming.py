@@ -42,8 +42,8 @@ def decide(choose: Callable[[], T], files: Callable[[T], Mapping[str, int]], roo
     me = ranks()
     if me is None:
         return choose()
-    link = group(timeout)
     doing = f"choosing {what}"
+    link = group(timeout, doing)
     chosen = from_rank_0(choose, me, link, doing)
     hosts = hosts_of(link, me, doing)
     problem = None

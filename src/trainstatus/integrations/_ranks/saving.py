@@ -58,8 +58,8 @@ def record(folder: str, status_path: str, write: Callable[[bool], dict[str, Any]
     me = ranks()
     if me is None:
         return write(False)
-    link = group(timeout)
     doing = f"recording {what}"
+    link = group(timeout, doing)
     barrier(link, me, doing)
     hosts = hosts_of(link, me, doing)
     leads = hosts.leads(me.rank)
