@@ -136,6 +136,26 @@ def test_a_rank_whose_fsync_fails_makes_every_rank_raise_and_nothing_is_recorded
 # -- the barrier before the ranks list the folder -----------------------------------------------
 
 
+def warm_up(world: World) -> None:
+    """A first record (of another folder), after which the group and the ranks' hosts are made:
+    the next record's first collective is its barrier (the first call's exchange of hosts would
+    order the ranks too, and hide a walk before the barrier)."""
+    world.write(0, world.root(0) / "checkpoint-20" / "model.safetensors", b"w" * 10)
+    world.run(*[lambda rank: saving.record(str(world.root(rank) / "checkpoint-20"), str(world.root(rank) / STATUS),
+                                           add_named(world.root(0), "checkpoint-20", 20), what=WHAT,
+                                           timeout=SECONDS)] * world.size)
+    for event in world.entered:
+        event.clear()
+
+
+def add_named(root: Path, name: str, steps: int) -> Callable[[bool], dict[str, Any]]:
+    def write(synced: bool) -> dict[str, Any]:
+        with StatusStore(root / STATUS) as store:
+            return CheckpointList(store, "ckpt", keep=None, root=root).add(steps, name, synced=synced)
+
+    return write
+
+
 @pytest.mark.parametrize("slow", ["rank 0", "rank 1", "both"])
 def test_no_rank_lists_the_folder_before_every_rank_finished_writing(world: World, slow: str) -> None:
     # The slow rank's save is still writing its file (half of it on disk) when the other rank,
@@ -161,9 +181,10 @@ def test_no_rank_lists_the_folder_before_every_rank_finished_writing(world: Worl
             world.write(rank, folder / name, b"x" * 1000)
         return record(world, rank)
 
+    warm_up(world)
     folder.mkdir(parents=True)
     entry, same = (outcome.result() for outcome in world.run(rank_work, rank_work))
-    assert entry == same == recorded(world.root(0))[0]
+    assert entry == same == recorded(world.root(0))[-1]
     assert entry["files"] == {f"{NAME}/model.safetensors": 1000, f"{NAME}/rng_state_1.pth": 1000}
 
 
@@ -537,3 +558,21 @@ def test_a_group_that_cannot_be_made_is_a_collective_error_on_that_rank(world: W
         "of the ranks that did not (a save still running, a rank that stopped or crashed). Nothing was recorded or "
         "chosen by this rank.")
     assert first.rank == 0
+
+
+def test_a_rank_that_writes_nothing_and_arrives_before_the_folder_exists_waits_for_it(world: World) -> None:
+    # Transformers' save_only_model=True under 2 ranks: rank 0 alone writes the folder; rank 1,
+    # done at once, reached the record before the folder existed and synced it first: "syncing ...
+    # failed (No such file or directory)" on every rank, blaming rank 1's disk. The walk comes
+    # after the barrier now.
+    folder = world.root(0) / NAME
+    warm_up(world)  # the ranks' hosts known: the barrier is the record's first collective
+
+    def rank_0(rank: int) -> dict[str, Any]:
+        assert world.entered[1].wait(SECONDS)  # rank 1 is in the record already
+        world.write(0, folder / "model.safetensors", b"m" * 300)
+        return record(world, rank)
+
+    entry, same = (outcome.result() for outcome in world.run(rank_0, lambda r: record(world, r)))
+    assert entry == same and entry["files"] == {f"{NAME}/model.safetensors": 300}
+    assert world.dirty == {}
