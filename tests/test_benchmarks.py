@@ -264,17 +264,22 @@ def test_start_up_runs_keep_bytecode_caches(monkeypatch: pytest.MonkeyPatch, tmp
     assert env["PYTHONPATH"] == os.pathsep.join(("/before/src", "/elsewhere"))
 
 
-def test_the_distributed_benchmark_runs_and_reports_what_it_measured(torch_python: Path, tmp_path: Path) -> None:
-    """benchmarks/distributed.py --quick (needs torch: .venv-torch, so the integrations group): every
-    part ran, at the rank counts asked, and the table's ratios are computed from the JSON's medians."""
+def run_with_torch(torch_python: Path, script: str, tmp_path: Path) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+    """``script --quick`` run by .venv-torch's interpreter (the integrations group), writing into
+    ``tmp_path``: its JSON report and the finished process."""
     json_path = tmp_path / "report.json"
     done = subprocess.run(
-        [str(torch_python), str(BENCHMARKS / "distributed.py"), "--quick", "--json", str(json_path),
-         "--dir", str(tmp_path)],
+        [str(torch_python), str(BENCHMARKS / script), "--quick", "--json", str(json_path), "--dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    report = json.loads(json_path.read_text())
+    return json.loads(json_path.read_text()), done
+
+
+def test_the_distributed_benchmark_runs_and_reports_what_it_measured(torch_python: Path, tmp_path: Path) -> None:
+    """benchmarks/distributed.py --quick (needs torch: .venv-torch, so the integrations group): every
+    part ran, at the rank counts asked, and the table's ratios are computed from the JSON's medians."""
+    report, done = run_with_torch(torch_python, "distributed.py", tmp_path)
     assert [run["ranks"] for run in report["save"]] == [1, 2]
     assert [run["ranks"] for run in report["collective"]] == [1, 2]
     for run in report["save"]:
@@ -294,14 +299,7 @@ def test_the_ranks_cost_benchmark_counts_a_record_and_a_decision(torch_python: P
     """benchmarks/ranks_cost.py --quick (needs torch): 2 real ranks and 16 simulated on 4 hosts; the
     counts are the protocol's (one host syncs each of the files once; 4 hosts, once each), and the
     table shows them."""
-    json_path = tmp_path / "report.json"
-    done = subprocess.run(
-        [str(torch_python), str(BENCHMARKS / "ranks_cost.py"), "--quick", "--json", str(json_path),
-         "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    report = json.loads(json_path.read_text())
+    report, done = run_with_torch(torch_python, "ranks_cost.py", tmp_path)
     (real,), (simulated,) = report["real"], report["simulated"]
     assert (real["ranks"], real["files"], simulated["ranks"], simulated["hosts"]) == (2, 3, 16, 4)
     assert real["record"]["fsync"] == 3 and real["record"]["folder_listings"] <= 2
