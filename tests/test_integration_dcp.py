@@ -584,3 +584,31 @@ def test_a_folder_saved_over_in_place_resumes_from_its_newest_step(torch_python:
             (str(directory / "latest") if steps == 5 else None, 3 if steps == 5 else 0)] * 2
         assert [(e["file_path"], e["steps"]) for e in recorded(directory / "training_status.json")] == [
             ("latest", steps)]
+
+
+WORLD_SIZE_CHECK = r"""
+import sys, warnings
+from trainstatus.integrations.dcp import last_complete_checkpoint
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print(last_complete_checkpoint(sys.argv[1]))
+for w in caught:
+    print(f"{w.category.__name__}: {w.message}")
+"""
+
+
+def test_a_checkpoint_of_two_ranks_resumed_by_one_process_says_so(torch_python: Path, tmp_path: Path,
+                                                                   late: tuple[Path, Launch]) -> None:
+    # DCP reshards (the resume proceeds); the recorded world_size is compared, and the change said once.
+    directory = tmp_path / "ckpt"
+    shutil.copytree(late[0], directory)
+    done = subprocess.run([str(torch_python), "-c", WORLD_SIZE_CHECK, str(directory)], capture_output=True,
+                          text=True, timeout=BOUND, check=False)
+    assert done.returncode == 0, done.stderr
+    chosen, warning = done.stdout.splitlines()
+    assert chosen == str(directory / "step-1")
+    assert warning == (
+        f"TrainingStatusCheckpointWarning: {directory / 'step-1'} was saved by 2 ranks and this run has 1: "
+        "torch.distributed.checkpoint reshards the state as dcp.load reads it (sharded tensors, DTensors, FSDP's "
+        "state dicts); a tensor a loop saved per rank under one key is not resharded (each rank loads the one saved "
+        "under its key, or none). Resume with the same number of ranks to have every rank's own state back.")

@@ -212,6 +212,8 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
                 newest = -1 if entry is None else entry["steps"]
                 drop(checkpoints, lambda e: _later(e, newest))
                 _warn_passed_over(entry, skipped, path, root, shown)
+            if entry is not None:
+                _note_world_size(entry, os.path.join(shown, entry["file_path"]), path)
             if entry is None:  # never a bare None while checkpoint folders lie there: name them
                 listed = {e["file_path"] for e in checkpoints.entries() if isinstance(e.get("file_path"), str)}
                 warn_unrecorded(unrecorded(root, listed), root, path, None)
@@ -240,6 +242,21 @@ def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, 
         "or save into another folder.",
         skipped=list(skipped), path=path, category=CATEGORY,
     ))
+
+
+def _note_world_size(entry: Mapping[str, Any], shown: str, path: str) -> None:
+    """Say, once (rank 0), that the checkpoint chosen was saved by another number of ranks: DCP
+    reshards what it knows to be sharded, not what a loop saved per rank under one key."""
+    saved, me = entry.get("world_size"), ranks()
+    now = 1 if me is None else me.world_size
+    if type(saved) is int and saved != now:
+        warn(TrainingStatusCheckpointWarning(
+            f"{shown} was saved by {saved} ranks and this run has {now}: torch.distributed.checkpoint reshards "
+            "the state as dcp.load reads it (sharded tensors, DTensors, FSDP's state dicts); a tensor a loop saved "
+            "per rank under one key is not resharded (each rank loads the one saved under its key, or none). "
+            "Resume with the same number of ranks to have every rank's own state back.",
+            path=path, category=CATEGORY,
+        ))
 
 
 def _check_step(step: Any, given: PathLike, action: str) -> None:
