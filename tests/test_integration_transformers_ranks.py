@@ -359,3 +359,42 @@ def test_a_rank_that_has_not_joined_its_process_group_is_warned_that_it_chose_al
         "checkpoints. Call it after TrainingArguments(...) is made (that joins the group), as in "
         "trainer.train(resume_from_checkpoint=last_complete_checkpoint(args.output_dir)), or pass "
         "resume_from_checkpoint=True to a Trainer holding TrainStatusCallback."]]
+
+
+def test_a_checkpoint_of_two_ranks_resumed_by_one_process_names_the_rng_state_not_used(
+        torch_python: Path, tmp_path: Path) -> None:
+    # Entries record world_size; nothing compared it (issue 38): Transformers logs at info level
+    # that rng_state_1.pth is not used, or nothing when a rank has none.
+    folder = tmp_path / "out"
+    code = f"""
+import json, os, torch
+from trainstatus import CheckpointList, StatusStore
+os.makedirs({str(folder)!r} + "/checkpoint-2")
+for rank in (0, 1):
+    torch.save({{"python": 1}}, {str(folder)!r} + f"/checkpoint-2/rng_state_{{rank}}.pth")
+with open({str(folder)!r} + "/checkpoint-2/trainer_state.json", "w") as f:
+    json.dump({{"global_step": 2}}, f)
+with StatusStore({str(folder / "training_status.json")!r}) as store:
+    CheckpointList(store, "transformers", root={str(folder)!r})._add(2, "checkpoint-2", fields={{"world_size": 2}})
+""" + _CALL.format(folder=str(folder))
+    [line] = _run(torch_python, code)[-1:]
+    path, warned = json.loads(line)
+    assert path == str(folder / "checkpoint-2")
+    assert warned == [
+        f"{folder / 'checkpoint-2'} was saved by 2 ranks and this run has 1: the RNG state of rank 1 is not used, so "
+        "the data order and dropout differ from a run that was not interrupted (the weights and optimizer state are "
+        "restored as the Trainer does). Resume with the same number of ranks to have every rank's RNG state back."]
+    more = """
+import json, warnings
+from trainstatus.integrations._transformers.folders import note_world_size
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for world in (2, 3, 4):
+        note_world_size({"world_size": 2}, "out/checkpoint-2", "out/training_status.json", "transformers", world)
+    note_world_size({"world_size": 4}, "out/checkpoint-2", "out/training_status.json", "transformers", 1)
+print(json.dumps([str(w.message).split(":")[1].split(",")[0] for w in caught]))
+"""
+    [line] = _run(torch_python, more)[-1:]
+    assert json.loads(line) == [" rank 2 finds no RNG state of its own and starts from a fresh one",
+                                " ranks 2-3 find no RNG state of theirs and start from fresh ones",
+                                " the RNG states of ranks 1-3 are not used"]

@@ -51,7 +51,7 @@ from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
 from ._ranks import saving as _saving
 from ._shared.choice import Words, newest_whole, pick, reasons, warn_passed_over
-from ._transformers.folders import output_folder, unrecorded, warn_unrecorded, whole
+from ._transformers.folders import note_world_size, output_folder, unrecorded, warn_unrecorded, whole
 from ._transformers.upkeep import Best, best_fix, drop_later, remove, rotate
 from ._transformers.upkeep import output_dir as _output_dir
 
@@ -287,6 +287,10 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str], *,
         newer = unrecorded(root, path, CATEGORY, -1 if entry is None else entry["steps"])
         if newer:
             warn_unrecorded(newer, root, path, CATEGORY)
+        if entry is not None:
+            me = _hosts.ranks()
+            note_world_size(entry, os.path.join(os.fspath(output_dir), entry["file_path"]), path, CATEGORY,
+                            1 if me is None else me.world_size)
         return entry
 
     entry = _decide(choose, root, timeout)

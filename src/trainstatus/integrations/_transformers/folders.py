@@ -133,3 +133,29 @@ def output_folder(output_dir: str | os.PathLike[str]) -> str:
             "recorded there. Nothing was read or changed."
         )
     return root
+
+
+def note_world_size(entry: Mapping[str, Any], shown: str, status_path: str, category: str, world: int) -> None:
+    """Warn, once (rank 0), when the checkpoint chosen was saved by another number of ranks than
+    ``world``: the Trainer restores each rank's RNG state from its ``rng_state_<rank>.pth``, and
+    logs at info level (or not at all) when a rank has none."""
+    saved = entry.get("world_size")
+    if type(saved) is not int or saved == world:
+        return
+    if world - saved == 1:
+        fate = f"rank {saved} finds no RNG state of its own and starts from a fresh one"
+    elif world > saved:
+        fate = f"ranks {_span(saved, world)} find no RNG state of theirs and start from fresh ones"
+    else:
+        fate = f"the RNG state{'s' if saved - world > 1 else ''} of rank{'s' if saved - world > 1 else ''} " \
+               f"{_span(world, saved)} {'are' if saved - world > 1 else 'is'} not used"
+    warn(TrainingStatusCheckpointWarning(
+        f"{shown} was saved by {saved} ranks and this run has {world}: {fate}, so the data order and dropout "
+        "differ from a run that was not interrupted (the weights and optimizer state are restored as the Trainer "
+        "does). Resume with the same number of ranks to have every rank's RNG state back.",
+        path=status_path, category=category,
+    ))
+
+
+def _span(first: int, end: int) -> str:
+    return str(first) if end - first == 1 else f"{first}-{end - 1}"
