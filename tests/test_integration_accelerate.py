@@ -413,3 +413,35 @@ def test_kills_at_random_moments_resume_from_the_newest_recorded_save(workers: W
           f"failed ({', '.join(f'{kind} {n}' for kind, n in kinds.most_common()) or 'none'}), "
           f"{tally['theirs without an RNG state']} more loaded without a process's RNG state")
     sys.stdout.flush()
+
+
+DISAGREEING = r"""
+import json, os, sys
+from accelerate import Accelerator
+from trainstatus.integrations.accelerate import save_state
+accelerator = Accelerator()  # under torchrun without cpu=True on a machine with no GPU: 1 process a rank
+try:
+    save_state(accelerator, os.path.join(sys.argv[1], "checkpoint"))
+    print(json.dumps(["saved", accelerator.num_processes]), flush=True)
+except Exception as exc:
+    print(json.dumps([type(exc).__name__, str(exc)]), flush=True)
+"""
+
+
+def test_accelerate_and_torch_counting_other_processes_is_refused_before_any_save(torch_python: Path,
+                                                                                   tmp_path: Path) -> None:
+    # Accelerate believed it had 1 process on each of 2 torchrun ranks: both wrote
+    # random_states_0.pkl, trainstatus recorded world_size 2, refused every checkpoint at the resume,
+    # and the run started over at step 0. Now the first save is refused, saying what to set.
+    script = tmp_path / "disagreeing.py"
+    script.write_text(DISAGREEING)
+    done = subprocess.run([str(torch_python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = sorted(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
+    assert [kind for kind, _ in said] == ["TrainingStatusError"] * 2, said
+    for rank, (_, message) in enumerate(said):
+        assert message.startswith(f"save_state() on rank {rank}: Accelerate counts 1 process(es), but "
+                                  "torch.distributed has 2 ranks."), message
+        assert "Accelerator(cpu=True)" in message and "ACCELERATE_USE_DEEPSPEED=true" in message
+    assert not (tmp_path / "run").exists()

@@ -299,7 +299,17 @@ def _check(accelerator: Any, call: str) -> None:
             f"{call}(accelerator, ...) needs the accelerate.Accelerator of the run, not "
             f"{type(accelerator).__name__!r} ({accelerator!r})."
         )
-    if int(accelerator.num_processes) > 1 and _hosts.ranks() is None:
+    me = _hosts.ranks()
+    if me is not None and me.world_size != int(accelerator.num_processes):
+        raise TrainingStatusError(
+            f"{call}() on rank {me.rank}: Accelerate counts {accelerator.num_processes} process(es), but "
+            f"torch.distributed has {me.world_size} ranks. Each would save as if it were alone (every rank writes "
+            "random_states_0.pkl) and no checkpoint could be resumed with every process's state. Launch with "
+            "accelerate launch (with --multi_gpu, or --cpu on a machine without GPU), or under torchrun make "
+            "Accelerator(cpu=True) on CPU; with a DeepSpeedPlugin under torchrun set ACCELERATE_USE_DEEPSPEED=true. "
+            "Nothing was saved or loaded."
+        )
+    if int(accelerator.num_processes) > 1 and me is None:
         raise TrainingStatusError(
             f"{call}() runs in one of {accelerator.num_processes} processes, but no torch.distributed process "
             "group of them is initialized here (Accelerate on TPU or another backend): trainstatus cannot wait for "
