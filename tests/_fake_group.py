@@ -19,7 +19,7 @@ two ranks fail loudly (torch would hang or mix them up). It is injected through 
 
 Faults and delays: ``world.at(rank, op, before=..., after=...)`` runs a callable before or after
 that rank's call of ``op`` (a torch function's name, or a store method's: ``set``, ``get``,
-``check``); ``stop()`` ends the rank there as ``os._exit`` would, ``fail()`` makes the call raise
+``check``, ``add``, ``delete_key``); ``stop()`` ends the rank there as ``os._exit`` would, ``fail()`` makes the call raise
 as torch does when a peer fails, ``time.sleep`` delays it.
 
 Hosts and fsyncs: ``world.root(rank)`` is the run folder as that rank sees it (one shared folder,
@@ -119,6 +119,16 @@ class _Store:
     def set(self, key: str, value: str | bytes) -> None:
         with self.world.step(self.rank, "set"):
             self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def add(self, key: str, amount: int) -> int:
+        with self.world.step(self.rank, "add"), self.world.lock:
+            value = int(self.data.get(key, b"0")) + amount
+            self.data[key] = str(value).encode()
+            return value
+
+    def delete_key(self, key: str) -> bool:
+        with self.world.step(self.rank, "delete_key"):
+            return self.data.pop(key, None) is not None
 
     def check(self, keys: list[str]) -> bool:
         with self.world.step(self.rank, "check"):
@@ -470,7 +480,7 @@ class _Step:
     def __enter__(self) -> None:
         key = (self.rank, self.op)
         self.world.calls[key] = self.world.calls.get(key, 0) + 1
-        if self.op not in ("set", "get", "check", "new_group"):
+        if self.op not in ("set", "get", "check", "add", "delete_key", "new_group"):
             self.world.entered[self.rank].set()
         self._run("before")
 

@@ -475,7 +475,10 @@ import json, os, sys
 from trainstatus.integrations.lightning import last_complete_checkpoint
 folder = sys.argv[1]
 seen = []
-for given in (os.path.join(folder, "last.ckpt"), "s3://bucket/ckpts"):
+named = os.path.join(sys.argv[2], "model.ckpt")  # a dirpath that only looks like a checkpoint: it holds the list
+os.makedirs(named)
+open(os.path.join(named, "training_status.json"), "w").write("{}")
+for given in (os.path.join(folder, "last.ckpt"), "s3://bucket/ckpts", named):
     try:
         seen.append(["returned", last_complete_checkpoint(given)])
     except Exception as exc:
@@ -484,13 +487,15 @@ print(json.dumps(seen))
 """
 
 
-def test_a_checkpoint_or_a_remote_folder_is_refused_never_a_fresh_run(torch_python: Path, trained: Path) -> None:
+def test_a_checkpoint_or_a_remote_folder_is_refused_never_a_fresh_run(torch_python: Path, trained: Path,
+                                                                      tmp_path: Path) -> None:
     # last_complete_checkpoint("ckpts/last.ckpt") and an s3:// dirpath used to return None: the run
     # trained from step 0 with no word.
-    done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(trained)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(trained), str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    (kind, message), (remote_kind, remote) = json.loads(done.stdout)
+    (kind, message), (remote_kind, remote), named = json.loads(done.stdout)
+    assert named == ["returned", None]
     assert kind == "TrainingStatusValueError", message
     assert message.startswith(f"last_complete_checkpoint('{trained / 'last.ckpt'}'): {trained / 'last.ckpt'} is a "
                               f"checkpoint itself. Pass the folder that holds the checkpoints (ModelCheckpoint's "

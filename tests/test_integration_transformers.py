@@ -349,6 +349,11 @@ for given in (os.path.join(out, sorted(n for n in os.listdir(out) if n.startswit
     except Exception as exc:
         seen.append([type(exc).__name__, str(exc)])
 seen.append(["unchanged", open(os.path.join(out, "training_status.json"), "rb").read() == status])
+named = os.path.join(sys.argv[2], "checkpoint-500")  # an output_dir of that name: it holds the list
+os.makedirs(named)
+for name in ("trainer_state.json", "training_status.json"):
+    open(os.path.join(named, name), "w").write("{}")
+seen.append(["returned", last_complete_checkpoint(named)])
 print(json.dumps(seen))
 """
 
@@ -356,10 +361,11 @@ print(json.dumps(seen))
 def test_a_checkpoint_folder_or_a_remote_path_is_refused_never_a_fresh_run(torch_python: Path, run: Path) -> None:
     # last_complete_checkpoint("out/checkpoint-212") used to return None: the run trained from step
     # 0, and the callback then unlisted checkpoints 210-212 (still on disk) as ones it saves over.
-    done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(run)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(run), str(run.parent)], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    (kind, message), (remote_kind, remote), unchanged = json.loads(done.stdout)
+    (kind, message), (remote_kind, remote), unchanged, named = json.loads(done.stdout)
+    assert named == ["returned", None]
     newest = sorted(folders(run))[-1]
     assert kind == "TrainingStatusValueError", message
     assert message.startswith(f"last_complete_checkpoint('{run / newest}'): {run / newest} is a checkpoint folder "

@@ -31,8 +31,8 @@ Usage (two lines beside DCP's own)::
 
 A folder saved over in place (``ckpt/latest`` every step) is saved with ``save(state_dict, folder,
 step)`` instead of ``dcp.save`` and ``record``: it is unlisted before DCP writes into it, so a kill
-in the middle never leaves a torn folder listed. ``record`` refuses a folder listed under another
-step (saved over in place while listed), and unlists it.
+in the middle never leaves a torn folder listed. ``record`` of a folder listed under another step
+(saved over in place while listed) records it once, complete, and warns, pointing at ``save``.
 
 Without an initialized process group (one process) all three work the same, without the collectives.
 ``torch`` is imported only to read ``.metadata`` (``last_complete_checkpoint``).
@@ -115,18 +115,22 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
             )
         store = StatusStore(path)
         try:
-            checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
-            over, _ = drop(checkpoints, lambda entry: entry.get("file_path") == name and entry.get("steps") != step)
+            over = [e for e in _listed_as(store, folder) if e.get("steps") != step]
             if over:
-                raise TrainingStatusCheckpointError(
-                    f"Cannot record {folder} at step {step}: it was listed as step {over[0].get('steps')}, and this "
-                    "save went into it in place while it was listed (a kill during such a save leaves a folder "
-                    "that mixes two steps' shards, and a resume would load it). It is no longer listed, and "
-                    "nothing was recorded. Save with trainstatus.integrations.dcp.save(state_dict, folder, step), "
-                    "which unlists the folder before it saves over it, or save each step into a folder of its own.",
-                    path=path, category=CATEGORY, file_path=name,
-                )
-            drop(checkpoints, lambda entry: _later(entry, int(step)))
+                # The save is complete now (every rank's dcp.save returned): recording it is right.
+                # What was wrong is the window behind it, which a warning can only name.
+                warn(TrainingStatusCheckpointWarning(
+                    f"{folder} was listed as step {over[0].get('steps')} while this save (step {step}) went into it "
+                    "in place: a kill during such a save leaves the folder listed with two steps' shards of the "
+                    "same sizes, and a resume loads it. It is recorded now, complete. Save with "
+                    "trainstatus.integrations.dcp.save(state_dict, folder, step), which unlists the folder before "
+                    "it saves over it, or save each step into a folder of its own.",
+                    path=path, category=CATEGORY,
+                ))
+            checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
+            # The entries of steps after this one, and those naming this folder under another step
+            # (its files are this step's now), leave the list; no file is removed.
+            drop(checkpoints, lambda entry: _later(entry, int(step)) or (bool(over) and entry in over))
             return checkpoints._add(int(step), name, reward=reward, synced=synced, fields=entry_fields())
         finally:
             store.close()
@@ -152,7 +156,7 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
     """
     folder = _folder(checkpoint_dir, "save into")
     _check_step(step, checkpoint_dir, "save")
-    root, name = os.path.split(folder)
+    root = os.path.dirname(folder)
     path = _status_path(root, status_path)
     refuse_status_inside(path, folder, f"save into {folder}")
 
@@ -161,7 +165,8 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
             return  # nothing is listed: nothing to drop
         store = StatusStore(path)
         try:
-            drop(CheckpointList(store, CATEGORY, keep=None, root=root), lambda entry: entry.get("file_path") == name)
+            if _listed_as(store, folder):
+                drop(CheckpointList(store, CATEGORY, keep=None), lambda entry: _names(store, entry, folder))
         finally:
             store.close()
 
@@ -242,6 +247,19 @@ def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, 
         "or save into another folder.",
         skipped=list(skipped), path=path, category=CATEGORY,
     ))
+
+
+def _listed_as(store: StatusStore, folder: str) -> list[dict[str, Any]]:
+    """The entries of ``store`` that name ``folder`` (resolved as the list resolves them, under the
+    root it records: another folder of the same name elsewhere is not it)."""
+    return [entry for entry in CheckpointList(store, CATEGORY, keep=None).entries() if _names(store, entry, folder)]
+
+
+def _names(store: StatusStore, entry: Any, folder: str) -> bool:
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("file_path"), str):
+        return False
+    found = CheckpointList(store, CATEGORY, keep=None).resolve(entry["file_path"])
+    return os.path.realpath(found) == os.path.realpath(folder)
 
 
 def _note_world_size(entry: Mapping[str, Any], shown: str, path: str) -> None:

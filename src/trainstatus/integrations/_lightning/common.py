@@ -104,7 +104,10 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
             "resume with Lightning's own ckpt_path. Nothing was read."
         )
     folder = os.path.abspath(given)
-    if folder.endswith(".ckpt") and os.path.exists(folder):
+    sharded = os.path.isdir(folder) and any(os.path.exists(os.path.join(folder, name))
+                                            for name in ("meta.pt", ".metadata"))  # a sharded strategy's .ckpt
+    holds_list = os.path.exists(os.path.join(folder, "training_status.json"))  # a dirpath of that name
+    if folder.endswith(".ckpt") and (os.path.isfile(folder) or sharded) and not holds_list:
         raise TrainingStatusValueError(
             f"last_complete_checkpoint({given!r}): {folder} is a checkpoint itself. Pass the folder that holds "
             f"the checkpoints (ModelCheckpoint's dirpath), {os.path.dirname(folder)}: the answer is the newest "

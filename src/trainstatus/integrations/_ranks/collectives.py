@@ -63,7 +63,9 @@ def group(timeout: float | None, doing: str = "making the group of trainstatus's
     if link is None or link.group not in dist.distributed_c10d._world.pg_map:
         try:
             made = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
-        except Exception as exc:  # noqa: BLE001 - torch's DistStoreError, DistNetworkError, RuntimeError...
+        except RuntimeError as exc:  # torch's DistStoreError, DistNetworkError: the ranks did not all come
+            if not (type(exc).__name__ in ("DistStoreError", "DistNetworkError") or "time" in str(exc).lower()):
+                raise  # another failure (a torch without gloo...): torch's own words
             me = Ranks(int(dist.get_rank()), int(dist.get_world_size()), place.host())
             raise TrainingStatusCollectiveError(
                 f"Rank {me.rank} of {me.world_size} on {me.host}, {doing}: not every rank made trainstatus's gloo "
@@ -114,17 +116,18 @@ def _collective(step: str, call: Callable[[], T], seconds: float, me: Ranks, doi
     try:
         return call()
     except RuntimeError as exc:
-        late = progress.late_self(me, seconds)
-        if late is not None:
+        if progress.late_self(me):
             raise TrainingStatusCollectiveError(
                 f"Rank {me.rank} of {me.world_size} on {me.host}, {doing}: this rank was the late one. It reached "
-                f"{step} {late}, past the {seconds:g} s timeout, and they had given up waiting for it ({exc}). "
+                f"{step} after every other rank had given up waiting for it there ({seconds:g} s) ({exc}). "
                 "Nothing more was recorded or chosen by this rank. Look at what held it before this call (its "
                 "save still running, the process stopped or in a debugger); a larger timeout= helps only a rank "
                 "that is slow, not one that stopped.",
                 rank=me.rank,
             ) from exc
-        raise _failed(me, doing, seconds, progress.behind(me) or unnamed, exc) from exc
+        who = progress.behind(me) or unnamed
+        progress.gave_up(me)
+        raise _failed(me, doing, seconds, who, exc) from exc
 
 
 class Progress:
@@ -141,7 +144,7 @@ class Progress:
         self.store: Any = None
         self.of: Any = None  # the store the clone was made from
         self.unsure = False  # this rank's own last set failed: its key (and so every count) may be stale
-        self.entered = 0.0  # when this rank entered its last collective (time.time(): ranks compare)
+        self.arrival = 0  # how many ranks had come to this rank's last collective, this one included
 
     def _store(self) -> Any:
         default: Any = self.place.loaded().distributed_c10d._get_default_store()  # Any: clone() is not in its stubs
@@ -154,9 +157,12 @@ class Progress:
 
     def enter(self, me: Ranks, step: str) -> None:
         self.count += 1
-        self.entered = time.time()
         try:
-            self._store().set(f"trainstatus/progress/{me.rank}", f"{self.count} {self.entered:.3f} {step}")
+            store = self._store()
+            store.set(f"trainstatus/progress/{me.rank}", f"{self.count} {step}")
+            self.arrival = int(store.add(f"trainstatus/progress/arrived/{self.count}", 1))
+            if me.rank == 0 and self.count > 2:  # the store keeps a count a collective: two at a time
+                store.delete_key(f"trainstatus/progress/arrived/{self.count - 2}")
             self.unsure = False
         except Exception:  # noqa: BLE001 - a store that fails only makes the message less precise
             self.store = self.of = None
@@ -171,7 +177,7 @@ class Progress:
             for rank in range(me.world_size):
                 if rank == me.rank:
                     continue  # the rank that raises reached this collective, whatever its key says
-                count, _, step = self._key(store, rank)
+                count, step = self._key(store, rank)
                 if count < self.count:
                     late.append(f"rank {rank} (the last it reached: {step})")
         except Exception:  # noqa: BLE001 - see the class docstring
@@ -180,29 +186,44 @@ class Progress:
             return None
         return f"{', '.join(late)} did not answer"
 
-    def _key(self, store: Any, rank: int) -> tuple[int, float, str]:
+    def _key(self, store: Any, rank: int) -> tuple[int, str]:
         key = f"trainstatus/progress/{rank}"
         if not store.check([key]):
-            return 0, 0.0, "none yet"
-        count, when, step = store.get(key).decode().split(" ", 2)
-        return int(count), float(when), step
+            return 0, "none yet"
+        count, step = store.get(key).decode().split(" ", 1)
+        return int(count), step
 
-    def late_self(self, me: Ranks, seconds: float) -> str | None:
-        """How late this rank came to its collective, when every other rank had entered it more than
-        ``seconds`` before (they timed out waiting for it: a stopped or slow rank that goes on
-        finds them gone, and must not blame them), else None. Rank 0 only checks the others, who
-        may be ahead; this is for the ranks that reach a collective after everyone gave up."""
+    def gave_up(self, me: Ranks) -> None:
+        """Note in the store that this rank's collective failed (it gave up there): a rank that
+        comes to it later finds every other rank's note, and knows it was the late one."""
         if self.unsure:
-            return None
+            return
+        try:
+            self._store().set(f"trainstatus/progress/gave-up/{me.rank}", f"{self.count} {self.arrival}")
+        except Exception:  # noqa: BLE001 - see the class docstring
+            pass
+
+    def late_self(self, me: Ranks) -> bool:
+        """Whether every other rank gave up at this rank's collective (``gave_up``) before this rank
+        came to it (when each gave up, fewer than all had come: the store's count of arrivals, not
+        clocks, which differ between hosts): a stopped or slow rank that goes on finds them gone,
+        and must not blame them. A rank that crashed leaves no note: no rank is then called late."""
+        if self.unsure:
+            return False
         try:
             store = self._store()
-            others = [self._key(store, rank) for rank in range(me.world_size) if rank != me.rank]
+            for rank in range(me.world_size):
+                if rank == me.rank:
+                    continue
+                key = f"trainstatus/progress/gave-up/{rank}"
+                if not store.check([key]):
+                    return False
+                count, arrived = (int(part) for part in store.get(key).decode().split())
+                if count != self.count or arrived >= me.world_size:
+                    return False
         except Exception:  # noqa: BLE001 - see the class docstring
-            return None
-        if not others or any(count != self.count or self.entered - when <= seconds for count, when, _ in others):
-            return None
-        earliest = min(when for _, when, _ in others)
-        return f"{self.entered - earliest:.1f} s after the other ranks had"
+            return False
+        return me.world_size > 1
 
 
 def barrier(link: Link, me: Ranks, doing: str) -> None:

@@ -125,8 +125,9 @@ def output_folder(output_dir: str | os.PathLike[str]) -> str:
             "from remote storage into it first). Nothing was read."
         )
     root = os.path.abspath(given)
-    named = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-\d+", os.path.basename(root))
-    if named and os.path.isfile(os.path.join(root, "trainer_state.json")):
+    named = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-[0-9]+", os.path.basename(root))
+    holds_list = os.path.exists(os.path.join(root, "training_status.json"))  # an output_dir of that name
+    if named and not holds_list and os.path.isfile(os.path.join(root, "trainer_state.json")):
         raise TrainingStatusValueError(
             f"last_complete_checkpoint({given!r}): {root} is a checkpoint folder itself. Pass the folder above "
             f"it, the run's output_dir, {os.path.dirname(root)}: the answer is the newest whole checkpoint "
@@ -142,7 +143,10 @@ def note_world_size(entry: Mapping[str, Any], shown: str, status_path: str, cate
     saved = entry.get("world_size")
     if type(saved) is not int or saved == world:
         return
-    if world - saved == 1:
+    if world == 1:
+        fate = ("no RNG state is restored (a run of one process reads rng_state.pth, which a run of several "
+                "does not write)")
+    elif world - saved == 1:
         fate = f"rank {saved} finds no RNG state of its own and starts from a fresh one"
     elif world > saved:
         fate = f"ranks {_span(saved, world)} find no RNG state of theirs and start from fresh ones"
