@@ -308,6 +308,13 @@ def _run(python: Path, code: str, **env: str) -> list[str]:
     return done.stdout.splitlines()
 
 
+def _resumed(python: Path, code: str) -> tuple[str | None, list[str]]:
+    """What ``code`` (ending in ``_CALL``) printed last: the path chosen and the warnings."""
+    [line] = _run(python, code)[-1:]
+    path, warned = json.loads(line)
+    return path, warned
+
+
 _CALL = """
 import json, sys, warnings
 from trainstatus.integrations.transformers import last_complete_checkpoint
@@ -337,8 +344,7 @@ with open({str(folder)!r} + "/checkpoint-4/optimizer.pt", "r+b") as f:
     f.seek(-22, os.SEEK_END)
     f.write(bytes(22))
 """ + _CALL.format(folder=str(folder))
-    [line] = _run(torch_python, code)[-1:]
-    path, warned = json.loads(line)
+    path, warned = _resumed(torch_python, code)
     assert path == str(folder / "checkpoint-2")
     assert warned == [
         f"{folder / 'checkpoint-2'} is the newest whole checkpoint recorded in {folder / 'training_status.json'}; the "
@@ -377,8 +383,7 @@ with open({str(folder)!r} + "/checkpoint-2/trainer_state.json", "w") as f:
 with StatusStore({str(folder / "training_status.json")!r}) as store:
     CheckpointList(store, "transformers", root={str(folder)!r})._add(2, "checkpoint-2", fields={{"world_size": 2}})
 """ + _CALL.format(folder=str(folder))
-    [line] = _run(torch_python, code)[-1:]
-    path, warned = json.loads(line)
+    path, warned = _resumed(torch_python, code)
     assert path == str(folder / "checkpoint-2")
     assert warned == [
         f"{folder / 'checkpoint-2'} was saved by 2 ranks and this run has 1: no RNG state is restored (a run of one "
