@@ -501,3 +501,49 @@ def test_a_checkpoint_or_a_remote_folder_is_refused_never_a_fresh_run(torch_pyth
                               f"checkpoint itself. Pass the folder that holds the checkpoints (ModelCheckpoint's "
                               f"dirpath), {trained}:"), message
     assert remote_kind == "TrainingStatusValueError" and "remote storage" in remote, remote
+
+
+REMOTE_AT_SETUP = r"""
+import json, sys
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, TensorDataset
+from trainstatus.integrations.lightning import TrainStatusCallback, TrainStatusCheckpointIO
+
+class Tiny(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.steps = 0
+    def training_step(self, batch, index):
+        self.steps += 1
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+model = Tiny()
+data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+trainer = Trainer(max_steps=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                  default_root_dir=sys.argv[1], plugins=[TrainStatusCheckpointIO()],
+                  callbacks=[ModelCheckpoint(dirpath="memory://bucket/ckpts", every_n_train_steps=2),
+                             TrainStatusCallback()])
+try:
+    trainer.fit(model, data)
+    print(json.dumps(["trained", model.steps]))
+except Exception as exc:
+    print(json.dumps([type(exc).__name__, str(exc), model.steps]))
+"""
+
+
+def test_a_remote_dirpath_is_refused_at_set_up_before_anything_trains(torch_python: Path, tmp_path: Path) -> None:
+    # fsspec's memory:// stands for s3://, gs://, az:// (Lightning writes there through fsspec):
+    # the plugin, which records local files only, used to refuse it at the first save, after the
+    # first steps' work.
+    done = subprocess.run([str(torch_python), "-c", REMOTE_AT_SETUP, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kind, message, steps = json.loads(done.stdout.splitlines()[-1])
+    assert (kind, steps) == ("TrainingStatusValueError", 0), message
+    assert message.startswith("TrainStatusCallback: the checkpoints would go to memory://bucket/ckpts, remote storage")

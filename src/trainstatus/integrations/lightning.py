@@ -64,7 +64,7 @@ from .._storage import filenames as _names
 from .._store import StatusStore
 from ._formats.dcp_metadata import METADATA
 from ._lightning import strategies as _strategies
-from ._lightning.common import CATEGORY, STATUS_FILE, local, resume_folder, score, whole
+from ._lightning.common import CATEGORY, STATUS_FILE, local, refuse_remote, resume_folder, score, whole
 from ._lightning.common import status_path as _status_path
 from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
@@ -257,6 +257,7 @@ class TrainStatusCallback(pl.Callback):
                 f"{type(strategy).__name__} has {type(plugin).__name__}: add plugins=[TrainStatusCheckpointIO()] "
                 "to the Trainer. Nothing would be recorded without it."
             )
+        refuse_remote(trainer.checkpoint_callbacks, trainer.default_root_dir)
         how = _strategies.how_it_saves(strategy, self.sharded)
         timeout = _strategies.timeout_of(strategy)
         if how == _strategies.SHARDED and self._undo is None:
@@ -323,6 +324,7 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
 
 
 _RESUMED: dict[str, _strategies.Resumed] = {}  # this process's last answer, for TrainStatusCallback.setup
+
 
 
 def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:

@@ -114,3 +114,20 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
             "whole checkpoint recorded there. Nothing was read or changed."
         )
     return folder
+
+
+def refuse_remote(callbacks: list[Any], default_root_dir: Any) -> None:
+    """Refuse, at set-up, before anything trains, checkpoint folders on remote storage (an
+    ``s3://`` dirpath or default_root_dir, as Lightning allows through fsspec): the plugin records
+    local files only, and the first save would fail after the first epoch's work."""
+    places = [str(callback.dirpath) for callback in callbacks if getattr(callback, "dirpath", None) is not None]
+    places.append(str(default_root_dir))
+    remote = [place for place in places if "://" in place]
+    if remote:
+        raise TrainingStatusValueError(
+            f"TrainStatusCallback: the checkpoints would go to {remote[0]}, remote storage, which "
+            "TrainStatusCheckpointIO does not record yet (it makes local files durable): nothing could be "
+            "recorded, and the first save would fail. Give ModelCheckpoint a local dirpath (and the Trainer a "
+            "local default_root_dir), or leave trainstatus's plugin and callback out of this run. Nothing was "
+            "trained."
+        )
