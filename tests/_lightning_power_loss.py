@@ -75,7 +75,10 @@ def main() -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             found = last_complete_checkpoint(os.path.join(loss.folder, "ckpts"), status_path=path)
-        passed_over = [str(w.message) for w in caught if issubclass(w.category, TrainingStatusCheckpointWarning)]
+        # Warnings about listed checkpoints passed over (``skipped``), not about checkpoint files the
+        # list does not hold yet (a state before the first record): those are the states' point.
+        passed_over = [str(w.message) for w in caught if issubclass(w.category, TrainingStatusCheckpointWarning)
+                       and getattr(w.message, "skipped", None)]
         wrong = None
         if passed_over:
             wrong = f"a listed checkpoint is not whole: {passed_over[0]}"

@@ -547,3 +547,38 @@ def test_a_remote_dirpath_is_refused_at_set_up_before_anything_trains(torch_pyth
     kind, message, steps = json.loads(done.stdout.splitlines()[-1])
     assert (kind, steps) == ("TrainingStatusValueError", 0), message
     assert message.startswith("TrainStatusCallback: the checkpoints would go to memory://bucket/ckpts, remote storage")
+
+
+UNRECORDED_SHAPES = r"""
+import json, os, sys, warnings
+from trainstatus.integrations.lightning import last_complete_checkpoint
+folder = sys.argv[1]
+os.makedirs(os.path.join(folder, "last.ckpt", "checkpoint"))  # DeepSpeedStrategy's .ckpt folder
+open(os.path.join(folder, "last.ckpt", "checkpoint", "mp_rank_00_model_states.pt"), "wb").write(b"m")
+open(os.path.join(folder, "last.ckpt", "latest"), "w").write("checkpoint")
+open(os.path.join(folder, "epoch=0-step=4.ckpt"), "wb").write(b"c")  # saved without the plugin
+os.makedirs(os.path.join(folder, "logs"))  # not a checkpoint
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print(json.dumps([last_complete_checkpoint(folder), [str(w.message) for w in caught]]))
+"""
+
+
+def test_checkpoints_of_every_shape_nothing_recorded_are_named(torch_python: Path, tmp_path: Path) -> None:
+    # The plugin alone under a strategy that saves past it (DeepSpeed), or a Trainer without the
+    # plugin: last_complete_checkpoint returned None with no word (only DCP folders were named).
+    folder = tmp_path / "ckpts"
+    done = subprocess.run([str(torch_python), "-c", UNRECORDED_SHAPES, str(folder)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, [warning] = json.loads(done.stdout.splitlines()[-1])
+    status = folder / "training_status.json"
+    assert path is None
+    assert warning == (
+        f"last.ckpt in {folder} is a DeepSpeed checkpoint (saved by DeepSpeedStrategy, past TrainStatusCheckpointIO) "
+        f"that {status} has never recorded: trainstatus does not record DeepSpeed's yet, and last_complete_checkpoint() "
+        "does not return them. Resume with Lightning's own ckpt_path. "
+        f"epoch=0-step=4.ckpt in {folder} is a checkpoint that {status} has never recorded (saved without "
+        "TrainStatusCheckpointIO as the strategy's checkpoint_io, plugins=[TrainStatusCheckpointIO()] on the Trainer, "
+        "or with another status_path, or a first save cut short before its record), so last_complete_checkpoint() "
+        "does not return them.")

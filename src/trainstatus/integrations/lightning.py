@@ -64,7 +64,7 @@ from .._storage import filenames as _names
 from .._store import StatusStore
 from ._formats.dcp_metadata import METADATA
 from ._lightning import strategies as _strategies
-from ._lightning.common import CATEGORY, STATUS_FILE, local, refuse_remote, resume_folder, score, whole
+from ._lightning.common import CATEGORY, STATUS_FILE, local, refuse_remote, resume_folder, score, unrecorded, whole
 from ._lightning.common import status_path as _status_path
 from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
@@ -257,8 +257,8 @@ class TrainStatusCallback(pl.Callback):
                 f"{type(strategy).__name__} has {type(plugin).__name__}: add plugins=[TrainStatusCheckpointIO()] "
                 "to the Trainer. Nothing would be recorded without it."
             )
-        refuse_remote(trainer.checkpoint_callbacks, trainer.default_root_dir)
         how = _strategies.how_it_saves(strategy, self.sharded)
+        refuse_remote(getattr(trainer, "checkpoint_callbacks", None), getattr(trainer, "default_root_dir", ""))
         timeout = _strategies.timeout_of(strategy)
         if how == _strategies.SHARDED and self._undo is None:
             self._undo = _strategies.record_sharded_saves(strategy, plugin, timeout)
@@ -334,11 +334,14 @@ def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None
     folder, path = given.folder, given.status_path or _status_path(given.folder, None)
 
     def choose() -> dict[str, Any] | None:
-        entry, skipped = pick(path, CATEGORY, folder, whole(folder))
+        listed: list[Any] = []
+        entry, skipped = pick(path, CATEGORY, folder, whole(folder), listed)
         if skipped:
             returned = None if entry is None else os.path.join(shown, entry["file_path"])
             warn_passed_over(returned, skipped, path, CATEGORY, folder, _WORDS)
-        _warn_unrecorded(folder, path)
+        said = unrecorded(folder, path, listed)
+        if said is not None:
+            warn(TrainingStatusCheckpointWarning(said, path=path, category=CATEGORY))
         return entry
 
     entry = _resuming.decide(choose, _resuming.entry_files, folder,
@@ -360,27 +363,3 @@ def _remove_stale_temps(folder: str) -> None:
     """Remove the temp files a killed save left in ``folder`` (they never became checkpoints)."""
     remove_stale_temps(folder, _TEMP)
 
-
-def _warn_unrecorded(folder: str, path: str) -> None:
-    """Name the sharded saves in ``folder`` (folders with ``.metadata``) when the list has never
-    recorded one: a sharded strategy saved them past ``TrainStatusCheckpointIO``."""
-    try:
-        sharded = sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, METADATA)))
-    except OSError:
-        return
-    if not sharded:
-        return
-    if os.path.exists(path):
-        with StatusStore(path) as store:
-            entries = store.get(CATEGORY, CHECKPOINTS) or []
-        if any(isinstance(e, Mapping) and isinstance(e.get(FILES), Mapping)
-               and any(str(f).endswith(os.sep + METADATA) for f in e[FILES]) for e in entries):
-            return  # sharded saves are recorded here: one not listed is one a kill cut short, or saved over
-    warn(TrainingStatusCheckpointWarning(
-        f"{', '.join(sharded)} in {folder} {'is a sharded checkpoint' if len(sharded) == 1 else 'are sharded checkpoints'}"
-        f" (torch.distributed.checkpoint folders, saved by FSDPStrategy(state_dict_type='sharded') or "
-        f"ModelParallelStrategy) that {path} has never recorded: a sharded strategy saves past "
-        "TrainStatusCheckpointIO, so nothing records them, and last_complete_checkpoint() does not return them. "
-        "Add TrainStatusCallback() to the Trainer's callbacks beside the plugin: it records sharded saves.",
-        path=path, category=CATEGORY,
-    ))

@@ -116,11 +116,11 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
     return folder
 
 
-def refuse_remote(callbacks: list[Any], default_root_dir: Any) -> None:
+def refuse_remote(callbacks: list[Any] | None, default_root_dir: Any) -> None:
     """Refuse, at set-up, before anything trains, checkpoint folders on remote storage (an
     ``s3://`` dirpath or default_root_dir, as Lightning allows through fsspec): the plugin records
     local files only, and the first save would fail after the first epoch's work."""
-    places = [str(callback.dirpath) for callback in callbacks if getattr(callback, "dirpath", None) is not None]
+    places = [str(callback.dirpath) for callback in callbacks or () if getattr(callback, "dirpath", None) is not None]
     places.append(str(default_root_dir))
     remote = [place for place in places if "://" in place]
     if remote:
@@ -131,3 +131,65 @@ def refuse_remote(callbacks: list[Any], default_root_dir: Any) -> None:
             "local default_root_dir), or leave trainstatus's plugin and callback out of this run. Nothing was "
             "trained."
         )
+
+
+def unrecorded(folder: str, status_path: str, entries: list[Any]) -> str | None:
+    """What to say of the checkpoints in ``folder`` that ``status_path`` never recorded, or None:
+    each shape a Lightning strategy saves, and what records it.
+
+    - sharded saves (``torch.distributed.checkpoint`` folders: FSDP sharded, ModelParallel), when
+      the list has never recorded one (one not listed beside recorded ones is a save a kill cut
+      short, or one saved over);
+    - DeepSpeed's (a folder holding ``latest`` or a ``checkpoint/`` of ``*_model_states.pt``):
+      ``DeepSpeedStrategy`` saves past the plugin, and nothing records them yet;
+    - ``.ckpt`` files, when the list records nothing: saved without ``TrainStatusCheckpointIO`` as
+      the strategy's ``checkpoint_io`` (or a first save a kill cut short before its record).
+    """
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    listed = [e for e in entries if isinstance(e, Mapping) and isinstance(e.get(FILES), Mapping)]
+    said: list[str] = []
+
+    def these(found: list[str], one: str, many: str) -> str:
+        return (f"{', '.join(found[:5])}{f' and {len(found) - 5} more' if len(found) > 5 else ''} in {folder} "
+                f"{one if len(found) == 1 else many}")
+
+    sharded = [name for name in names if os.path.isfile(os.path.join(folder, name, _dcp_folders.METADATA))]
+    if sharded and not any(str(f).endswith(os.sep + _dcp_folders.METADATA) for e in listed for f in e[FILES]):
+        said.append(
+            f"{these(sharded, 'is a sharded checkpoint', 'are sharded checkpoints')} (torch.distributed.checkpoint "
+            "folders, saved by FSDPStrategy(state_dict_type='sharded') or ModelParallelStrategy) that "
+            f"{status_path} has never recorded: a sharded strategy saves past TrainStatusCheckpointIO, so nothing "
+            "records them, and last_complete_checkpoint() does not return them. Add TrainStatusCallback() to the "
+            "Trainer's callbacks beside the plugin: it records sharded saves.")
+    deepspeed = [name for name in names if _deepspeed(os.path.join(folder, name))]
+    if deepspeed:
+        said.append(
+            f"{these(deepspeed, 'is a DeepSpeed checkpoint', 'are DeepSpeed checkpoints')} (saved by "
+            f"DeepSpeedStrategy, past TrainStatusCheckpointIO) that {status_path} has never recorded: trainstatus "
+            "does not record DeepSpeed's yet, and last_complete_checkpoint() does not return them. Resume with "
+            "Lightning's own ckpt_path.")
+    files = [name for name in names if name.endswith(".ckpt") and os.path.isfile(os.path.join(folder, name))]
+    if files and not listed:
+        said.append(
+            f"{these(files, 'is a checkpoint', 'are checkpoints')} that {status_path} has never recorded (saved "
+            "without TrainStatusCheckpointIO as the strategy's checkpoint_io, plugins=[TrainStatusCheckpointIO()] on "
+            "the Trainer, or with another status_path, or a first save cut short before its record), so "
+            "last_complete_checkpoint() does not return them.")
+    return " ".join(said) or None
+
+
+def _deepspeed(path: str) -> bool:
+    """A DeepSpeed checkpoint folder: DeepSpeed's ``latest`` file, or Lightning's ``.ckpt`` folder
+    of DeepSpeed (its tag folder ``checkpoint/`` of ``*_model_states.pt``)."""
+    if not os.path.isdir(path):
+        return False
+    if os.path.isfile(os.path.join(path, "latest")):
+        return True
+    tag = os.path.join(path, "checkpoint")
+    try:
+        return os.path.isdir(tag) and any(name.endswith("_model_states.pt") for name in os.listdir(tag))
+    except OSError:
+        return False

@@ -34,9 +34,10 @@ def choose(checkpoints: CheckpointList, check: Callable[[dict[str, Any]], bool])
     return (None if chosen is None else dict(chosen)), [(entry, _why(entry, reason)) for entry, reason in skipped]
 
 
-def pick(status_path: str, category: str, root: str,
-         check: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
-    """``choose`` over ``category``'s checkpoints in ``status_path`` (relative paths under ``root``).
+def pick(status_path: str, category: str, root: str, check: Callable[[dict[str, Any]], bool],
+         listed: list[Any] | None = None) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
+    """``choose`` over ``category``'s checkpoints in ``status_path`` (relative paths under ``root``);
+    ``listed``, when given, gets every entry read (so that no caller opens the store a second time).
 
     A missing status file is a fresh run (None, nothing passed over), unless its history is there:
     then the store puts the newest kept version back (``resume=True``) and that is read.
@@ -46,7 +47,10 @@ def pick(status_path: str, category: str, root: str,
         return None, []
     store = StatusStore(status_path, resume=True)
     try:
-        return choose(CheckpointList(store, category, keep=None, root=root), check)
+        checkpoints = CheckpointList(store, category, keep=None, root=root)
+        if listed is not None:
+            listed.extend(checkpoints.entries())
+        return choose(checkpoints, check)
     finally:
         store.close()
 
