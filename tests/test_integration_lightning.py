@@ -523,12 +523,16 @@ class Tiny(LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
+from lightning.pytorch.loggers import CSVLogger
 model = Tiny()
 data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
-trainer = Trainer(max_steps=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                  default_root_dir=sys.argv[1], plugins=[TrainStatusCheckpointIO()],
-                  callbacks=[ModelCheckpoint(dirpath="memory://bucket/ckpts", every_n_train_steps=2),
-                             TrainStatusCallback()])
+case, local = sys.argv[2], sys.argv[1]
+dirpath = {"dirpath": "memory://bucket/ckpts", "logger": None, "root": local + "/ckpts"}[case]
+logger = CSVLogger("memory://bucket/logs") if case == "logger" else False
+root = "memory://bucket/root" if case == "root" else local
+trainer = Trainer(max_steps=4, logger=logger, enable_progress_bar=False, enable_model_summary=False,
+                  default_root_dir=root, plugins=[TrainStatusCheckpointIO()],
+                  callbacks=[ModelCheckpoint(dirpath=dirpath, every_n_train_steps=2), TrainStatusCallback()])
 try:
     trainer.fit(model, data)
     print(json.dumps(["trained", model.steps]))
@@ -537,16 +541,23 @@ except Exception as exc:
 """
 
 
-def test_a_remote_dirpath_is_refused_at_set_up_before_anything_trains(torch_python: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", ["dirpath", "logger", "root"])
+def test_a_remote_checkpoint_folder_is_refused_before_anything_trains(torch_python: Path, tmp_path: Path,
+                                                                      case: str) -> None:
     # fsspec's memory:// stands for s3://, gs://, az:// (Lightning writes there through fsspec):
     # the plugin, which records local files only, used to refuse it at the first save, after the
-    # first steps' work.
-    done = subprocess.run([str(torch_python), "-c", REMOTE_AT_SETUP, str(tmp_path)], capture_output=True, text=True,
-                          timeout=300)
+    # first steps' work. "dirpath": given remote; "logger": dirpath None, resolved from a remote
+    # logger's save_dir; "root": a remote default_root_dir with a local dirpath trains and records.
+    done = subprocess.run([str(torch_python), "-c", REMOTE_AT_SETUP, str(tmp_path), case], capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    kind, message, steps = json.loads(done.stdout.splitlines()[-1])
+    said = json.loads(done.stdout.splitlines()[-1])
+    if case == "root":
+        assert said == ["trained", 4]
+        return
+    kind, message, steps = said
     assert (kind, steps) == ("TrainingStatusValueError", 0), message
-    assert message.startswith("TrainStatusCallback: the checkpoints would go to memory://bucket/ckpts, remote storage")
+    assert message.startswith("TrainStatusCallback: the checkpoints would go to memory://bucket/"), message
 
 
 UNRECORDED_SHAPES = r"""
@@ -557,10 +568,15 @@ os.makedirs(os.path.join(folder, "last.ckpt", "checkpoint"))  # DeepSpeedStrateg
 open(os.path.join(folder, "last.ckpt", "checkpoint", "mp_rank_00_model_states.pt"), "wb").write(b"m")
 open(os.path.join(folder, "last.ckpt", "latest"), "w").write("checkpoint")
 open(os.path.join(folder, "epoch=0-step=4.ckpt"), "wb").write(b"c")  # saved without the plugin
-os.makedirs(os.path.join(folder, "logs"))  # not a checkpoint
+os.makedirs(os.path.join(folder, "exports"))  # not a checkpoint, though it holds a file named latest
+open(os.path.join(folder, "exports", "latest"), "w").write("v2")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     print(json.dumps([last_complete_checkpoint(folder), [str(w.message) for w in caught]]))
+try:
+    print(json.dumps(["returned", last_complete_checkpoint(os.path.join(folder, "last.ckpt"))]))
+except Exception as exc:
+    print(json.dumps([type(exc).__name__, str(exc)]))
 """
 
 
@@ -571,14 +587,17 @@ def test_checkpoints_of_every_shape_nothing_recorded_are_named(torch_python: Pat
     done = subprocess.run([str(torch_python), "-c", UNRECORDED_SHAPES, str(folder)], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    path, [warning] = json.loads(done.stdout.splitlines()[-1])
+    path, [warning] = json.loads(done.stdout.splitlines()[-2])
+    kind, refusal = json.loads(done.stdout.splitlines()[-1])  # the DeepSpeed .ckpt folder given for its folder
+    assert kind == "TrainingStatusValueError" and refusal.startswith(
+        f"last_complete_checkpoint('{folder / 'last.ckpt'}'): {folder / 'last.ckpt'} is a checkpoint itself."), refusal
     status = folder / "training_status.json"
     assert path is None
     assert warning == (
         f"last.ckpt in {folder} is a DeepSpeed checkpoint (saved by DeepSpeedStrategy, past TrainStatusCheckpointIO) "
         f"that {status} has never recorded: trainstatus does not record DeepSpeed's yet, and last_complete_checkpoint() "
-        "does not return them. Resume with Lightning's own ckpt_path. "
+        "does not return it. Resume with Lightning's own ckpt_path. "
         f"epoch=0-step=4.ckpt in {folder} is a checkpoint that {status} has never recorded (saved without "
-        "TrainStatusCheckpointIO as the strategy's checkpoint_io, plugins=[TrainStatusCheckpointIO()] on the Trainer, "
-        "or with another status_path, or a first save cut short before its record), so last_complete_checkpoint() "
-        "does not return them.")
+        "TrainStatusCheckpointIO as the strategy's checkpoint_io, or under another status_path, or a first save cut "
+        "short before its record), so last_complete_checkpoint() does not return it. Give the Trainer "
+        "plugins=[TrainStatusCheckpointIO()], and pass last_complete_checkpoint the same status_path.")

@@ -51,7 +51,6 @@ from lightning.pytorch.plugins.io import (
 )
 
 from .._checkpoints.checkpoint_list import CheckpointList
-from .._checkpoints.files import CHECKPOINTS, FILES
 from .._checkpoints.folders import sync_folders_above
 from .._errors import (
     TrainingStatusCheckpointError,
@@ -62,7 +61,6 @@ from .._errors import (
 from .._storage import atomic as _atomic
 from .._storage import filenames as _names
 from .._store import StatusStore
-from ._formats.dcp_metadata import METADATA
 from ._lightning import strategies as _strategies
 from ._lightning.common import CATEGORY, STATUS_FILE, local, refuse_remote, resume_folder, score, unrecorded, whole
 from ._lightning.common import status_path as _status_path
@@ -258,7 +256,6 @@ class TrainStatusCallback(pl.Callback):
                 "to the Trainer. Nothing would be recorded without it."
             )
         how = _strategies.how_it_saves(strategy, self.sharded)
-        refuse_remote(getattr(trainer, "checkpoint_callbacks", None), getattr(trainer, "default_root_dir", ""))
         timeout = _strategies.timeout_of(strategy)
         if how == _strategies.SHARDED and self._undo is None:
             self._undo = _strategies.record_sharded_saves(strategy, plugin, timeout)
@@ -266,6 +263,11 @@ class TrainStatusCallback(pl.Callback):
             # This fit's answer, taken: a later fit without a new call has nothing to check.
             _strategies.agree(_RESUMED.pop("last", None), lambda given, shown: _decide(given, timeout, shown)[0],
                               timeout)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # After every ModelCheckpoint's setup (Lightning runs theirs last), which resolves a dirpath
+        # of None from the logger's save_dir or default_root_dir; before any step.
+        refuse_remote(trainer.checkpoint_callbacks)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._undo is not None:
@@ -311,9 +313,11 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     a process group (Lightning starts its own inside ``trainer.fit``) each process reads alone, and
     ``TrainStatusCallback`` checks at set-up that every rank got the same answer.
 
-    A folder in ``dirpath`` holding a sharded save that the list has never recorded (a sharded
-    strategy without ``TrainStatusCallback``, which saves past the plugin) is named in a
-    ``TrainingStatusCheckpointWarning``: it is not returned.
+    Checkpoints in ``dirpath`` that the list has never recorded are named in a
+    ``TrainingStatusCheckpointWarning``, with what records them, and not returned: a sharded save
+    (a sharded strategy without ``TrainStatusCallback``, which saves past the plugin), a DeepSpeed
+    save, and, when the list is empty, ``.ckpt`` files (saved without the plugin). A checkpoint
+    given in place of ``dirpath``, or a remote ``dirpath``, raises ``TrainingStatusValueError``.
     """
     folder = resume_folder(dirpath)
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
@@ -324,7 +328,6 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
 
 
 _RESUMED: dict[str, _strategies.Resumed] = {}  # this process's last answer, for TrainStatusCallback.setup
-
 
 
 def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:

@@ -107,7 +107,7 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
     sharded = os.path.isdir(folder) and any(os.path.exists(os.path.join(folder, name))
                                             for name in ("meta.pt", ".metadata"))  # a sharded strategy's .ckpt
     holds_list = os.path.exists(os.path.join(folder, "training_status.json"))  # a dirpath of that name
-    if folder.endswith(".ckpt") and (os.path.isfile(folder) or sharded) and not holds_list:
+    if folder.endswith(".ckpt") and (os.path.isfile(folder) or sharded or _deepspeed(folder)) and not holds_list:
         raise TrainingStatusValueError(
             f"last_complete_checkpoint({given!r}): {folder} is a checkpoint itself. Pass the folder that holds "
             f"the checkpoints (ModelCheckpoint's dirpath), {os.path.dirname(folder)}: the answer is the newest "
@@ -116,20 +116,19 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
     return folder
 
 
-def refuse_remote(callbacks: list[Any] | None, default_root_dir: Any) -> None:
-    """Refuse, at set-up, before anything trains, checkpoint folders on remote storage (an
-    ``s3://`` dirpath or default_root_dir, as Lightning allows through fsspec): the plugin records
-    local files only, and the first save would fail after the first epoch's work."""
-    places = [str(callback.dirpath) for callback in callbacks or () if getattr(callback, "dirpath", None) is not None]
-    places.append(str(default_root_dir))
-    remote = [place for place in places if "://" in place]
+def refuse_remote(callbacks: list[Any]) -> None:
+    """Refuse, at the start of fit, before any step, a ``ModelCheckpoint`` whose folder (its
+    dirpath, resolved by then from the logger's save_dir or default_root_dir when not given) is on
+    remote storage (``s3://``, as Lightning allows through fsspec): the plugin records local files
+    only, and the first save would fail after the first steps' work."""
+    places = [str(callback.dirpath) for callback in callbacks if getattr(callback, "dirpath", None) is not None]
+    remote = [place for place in places if "://" in place and not place.startswith("file://")]
     if remote:
         raise TrainingStatusValueError(
             f"TrainStatusCallback: the checkpoints would go to {remote[0]}, remote storage, which "
             "TrainStatusCheckpointIO does not record yet (it makes local files durable): nothing could be "
-            "recorded, and the first save would fail. Give ModelCheckpoint a local dirpath (and the Trainer a "
-            "local default_root_dir), or leave trainstatus's plugin and callback out of this run. Nothing was "
-            "trained."
+            "recorded, and the first save would fail. Give ModelCheckpoint a local dirpath, or leave trainstatus's "
+            "plugin and callback out of this run. Nothing was trained."
         )
 
 
@@ -156,40 +155,50 @@ def unrecorded(folder: str, status_path: str, entries: list[Any]) -> str | None:
         return (f"{', '.join(found[:5])}{f' and {len(found) - 5} more' if len(found) > 5 else ''} in {folder} "
                 f"{one if len(found) == 1 else many}")
 
+    def them(found: list[str]) -> str:
+        return "it" if len(found) == 1 else "them"
+
     sharded = [name for name in names if os.path.isfile(os.path.join(folder, name, _dcp_folders.METADATA))]
     if sharded and not any(str(f).endswith(os.sep + _dcp_folders.METADATA) for e in listed for f in e[FILES]):
         said.append(
             f"{these(sharded, 'is a sharded checkpoint', 'are sharded checkpoints')} (torch.distributed.checkpoint "
             "folders, saved by FSDPStrategy(state_dict_type='sharded') or ModelParallelStrategy) that "
             f"{status_path} has never recorded: a sharded strategy saves past TrainStatusCheckpointIO, so nothing "
-            "records them, and last_complete_checkpoint() does not return them. Add TrainStatusCallback() to the "
-            "Trainer's callbacks beside the plugin: it records sharded saves.")
+            f"records {them(sharded)}, and last_complete_checkpoint() does not return {them(sharded)}. Add "
+            "TrainStatusCallback() to the Trainer's callbacks beside the plugin: it records sharded saves.")
     deepspeed = [name for name in names if _deepspeed(os.path.join(folder, name))]
     if deepspeed:
         said.append(
             f"{these(deepspeed, 'is a DeepSpeed checkpoint', 'are DeepSpeed checkpoints')} (saved by "
             f"DeepSpeedStrategy, past TrainStatusCheckpointIO) that {status_path} has never recorded: trainstatus "
-            "does not record DeepSpeed's yet, and last_complete_checkpoint() does not return them. Resume with "
-            "Lightning's own ckpt_path.")
+            f"does not record DeepSpeed's yet, and last_complete_checkpoint() does not return {them(deepspeed)}. "
+            "Resume with Lightning's own ckpt_path.")
     files = [name for name in names if name.endswith(".ckpt") and os.path.isfile(os.path.join(folder, name))]
     if files and not listed:
         said.append(
             f"{these(files, 'is a checkpoint', 'are checkpoints')} that {status_path} has never recorded (saved "
-            "without TrainStatusCheckpointIO as the strategy's checkpoint_io, plugins=[TrainStatusCheckpointIO()] on "
-            "the Trainer, or with another status_path, or a first save cut short before its record), so "
-            "last_complete_checkpoint() does not return them.")
+            "without TrainStatusCheckpointIO as the strategy's checkpoint_io, or under another status_path, or a "
+            f"first save cut short before its record), so last_complete_checkpoint() does not return {them(files)}. "
+            "Give the Trainer plugins=[TrainStatusCheckpointIO()], and pass last_complete_checkpoint the same "
+            "status_path.")
     return " ".join(said) or None
 
 
 def _deepspeed(path: str) -> bool:
-    """A DeepSpeed checkpoint folder: DeepSpeed's ``latest`` file, or Lightning's ``.ckpt`` folder
-    of DeepSpeed (its tag folder ``checkpoint/`` of ``*_model_states.pt``)."""
+    """A DeepSpeed checkpoint folder: a tag folder of ``*_model_states.pt`` files, the one its
+    ``latest`` file names or Lightning's own ``checkpoint/`` (a folder that only holds a file named
+    ``latest`` is not one)."""
     if not os.path.isdir(path):
         return False
-    if os.path.isfile(os.path.join(path, "latest")):
-        return True
-    tag = os.path.join(path, "checkpoint")
     try:
-        return os.path.isdir(tag) and any(name.endswith("_model_states.pt") for name in os.listdir(tag))
+        with open(os.path.join(path, "latest"), encoding="utf-8", errors="replace") as f:
+            tags = [f.read(256).strip(), "checkpoint"]  # the tag latest names, and Lightning's own
     except OSError:
-        return False
+        tags = ["checkpoint"]
+    for tag in tags:
+        try:
+            if tag and any(name.endswith("_model_states.pt") for name in os.listdir(os.path.join(path, tag))):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
