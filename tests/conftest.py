@@ -106,6 +106,14 @@ def mla_torch_python() -> Path:
         return _mlagents_env.ensure_torch()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sb3_logs_in_pytest_s_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SB3's configure_logger makes ``<tempdir>/SB3-<date and time>`` at every ``learn()`` given no
+    log folder: 210 of them were left in /tmp, which everything on the machine shares. Its
+    ``SB3_LOGDIR`` (inherited by the children the tests start) points into pytest's own temp."""
+    os.environ.setdefault("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+
+
 @pytest.fixture(scope="session")
 def torch_python() -> Path:
     """The interpreter of the torch environment: builds ``.venv-torch/`` once (tests/_torch_env.py)."""
