@@ -132,9 +132,19 @@ def ray_python() -> Path:
         return _ray_env.ensure()
 
 
+@pytest.fixture(scope="session")
+def deepspeed_python() -> Path:
+    """The interpreter of the DeepSpeed environment: builds ``.venv-deepspeed/`` once (tests/_deepspeed_env.py)."""
+    import _deepspeed_env
+
+    with off_the_clock():
+        return _deepspeed_env.ensure()
+
+
 # A fixture that builds an environment -> the marker of the tests that use it.
 ENVIRONMENT_MARKERS = {"mla_python": pytest.mark.mlagents, "mla_torch_python": pytest.mark.mlagents,
-                       "torch_python": pytest.mark.integrations, "ray_python": pytest.mark.ray}
+                       "torch_python": pytest.mark.integrations, "ray_python": pytest.mark.ray,
+                       "deepspeed_python": pytest.mark.deepspeed}
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker must be there when it looks
@@ -172,6 +182,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # - integrations (900): 20 to 60 s a test, the kill loops (20 kills of 2 torchrun ranks) longer;
 #   not measured here (the leg builds a 1 GB environment, 13.5 minutes a run): the tests' own bound
 #   on one training child is 600 s, and the limit sits above it so that their message comes first.
+# - deepspeed (900): a test runs DeepSpeed's engine on 2 ranks (a run in 8-15 s quietly); the kill
+#   loop sets its own limit. The same reasoning as integrations.
 # - ray (900): a test drives Ray Train's controller and 2 workers (7 tests in 2:38 quietly, 20 to
 #   60 s each); the same reasoning as integrations.
 # ``--soak`` runs up to 20 times the iterations of the kill and Ctrl-C loops (about 2 minutes for
@@ -179,7 +191,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # A test that honestly needs more says so itself, with ``@pytest.mark.timeout(seconds)``, which
 # wins over its group's. Building an environment (.venv-torch/ takes 4.5 minutes) counts against no
 # test: ``off_the_clock``. ``--timeout`` on the command line (0: none) replaces the groups' limits.
-TIME_LIMITS = {"long": 600, "mlagents": 600, "integrations": 900, "ray": 900}
+TIME_LIMITS = {"long": 600, "mlagents": 600, "integrations": 900, "ray": 900, "deepspeed": 900}
 SOAK_FACTOR = 4
 
 

@@ -136,3 +136,26 @@ def test_unrecorded_and_swept_folders(tmp_path: Path) -> None:
     sweep(str(tmp_path), {"accelerate": {"checkpoints": listed}}, "accelerate", 4)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == [
         "checkpoint_2", "checkpoint_3", "checkpoint_4", "checkpoint_6", "checkpoint_9", "notes"]
+
+
+def with_deepspeed_tag(checkpoint: tuple[Path, dict[str, Any]], ranks: tuple[int, ...]) -> dict[str, Any]:
+    """The folder with a DeepSpeedPlugin's ``pytorch_model/`` tag holding the shards of ``ranks``."""
+    root, entry = checkpoint
+    tag = root / FOLDER / "pytorch_model"
+    tag.mkdir()
+    torch_zip(tag / "mp_rank_00_model_states.pt")
+    for rank in ranks:
+        torch_zip(tag / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+    return {**entry, "files": {**entry["files"], **{f"{FOLDER}/pytorch_model/{p.name}": p.stat().st_size
+                                                    for p in tag.iterdir()}}}
+
+
+def test_a_deepspeed_plugin_s_tag_with_every_rank_s_shard_passes(checkpoint: tuple[Path, dict[str, Any]]) -> None:
+    assert why(checkpoint[0], with_deepspeed_tag(checkpoint, (0, 1))) is None
+
+
+def test_a_deepspeed_plugin_s_tag_without_a_rank_s_shard_is_not_whole(checkpoint: tuple[Path, dict[str, Any]]) -> None:
+    # Recorded by 2 processes with rank 1's ZeRO shard missing from the record (a status file
+    # edited, or written by another tool): a load would fail in DeepSpeed on rank 1.
+    assert why(checkpoint[0], with_deepspeed_tag(checkpoint, (0,))) == (
+        f"{FOLDER}/pytorch_model has no ZeRO shard of rank 1 recorded (zero_pp_rank_<rank>_*)")

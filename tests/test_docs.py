@@ -48,7 +48,7 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 
 # The blocks marked no-run, README and docs together. Keep them few: each one is an example that
 # can rot unseen.
-NO_RUN = 8  # an S3 server, a GCS bucket and an Azure account; torch for the SB3, Lightning, Transformers, Accelerate and DCP pages, Ray for the Ray page (their tests run those calls)
+NO_RUN = 9  # an S3 server, a GCS bucket and an Azure account; torch for the SB3, Lightning, Transformers, Accelerate and DCP pages, Ray for the Ray page, DeepSpeed for its page (their tests run those calls)
 
 RUN_LANGUAGES = {"python", "console"}
 SHOWN_LANGUAGES = {"", "json", "text", "sh"}

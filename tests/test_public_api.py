@@ -291,7 +291,7 @@ _INTEGRATION_SHARED = {
     "_ranks": set(),  # the many-rank record and decision, over torch.distributed
     "_shared": set(),  # the resume's choice and the list's upkeep, with or without ranks
 }
-_INTEGRATION_LIBRARIES = ("accelerate", "dcp", "lightning", "ray", "sb3", "transformers")
+_INTEGRATION_LIBRARIES = ("accelerate", "dcp", "deepspeed", "lightning", "ray", "sb3", "transformers")
 
 
 def _integration_part(module: str) -> str | None:

@@ -25,11 +25,12 @@ def test_ci_runs_the_readme_test_command_word_for_word() -> None:
 
 def test_ci_runs_the_readme_commands_of_the_marked_groups_as_steps_of_their_own() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
-    for marker in ("long", "mlagents", "integrations", "ray"):
+    for marker in ("long", "mlagents", "integrations", "ray", "deepspeed"):
         command = next(c for c in _readme_commands() if f"-m {marker} " in c)
         assert f"if ! {command}; then" in ci, marker
     # ...and the default run leaves them out (pyproject's addopts), so that they are not run twice.
-    assert "-m 'not long and not mlagents and not integrations and not ray'" in (ROOT / "pyproject.toml").read_text()
+    assert "-m 'not long and not mlagents and not integrations and not ray and not deepspeed'" in (
+        ROOT / "pyproject.toml").read_text()
 
 
 def test_readme_demo_command_runs_the_example_that_exists() -> None:
@@ -64,7 +65,8 @@ def test_the_readme_gives_each_groups_time_limit_as_configured() -> None:
     default = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["timeout"]
     limits = {group: seconds // 60 for group, seconds in conftest.TIME_LIMITS.items()}
     text = " ".join((ROOT / "README.md").read_text().split())
-    assert limits["long"] == limits["mlagents"] and limits["integrations"] == limits["ray"]  # as the README groups them
+    # as the README groups them
+    assert limits["long"] == limits["mlagents"] and limits["integrations"] == limits["ray"] == limits["deepspeed"]
     assert (f"{default // 60} minutes in the default run, {limits['long']} in `long` and `mlagents`, "
-            f"{limits['integrations']} in `integrations` and `ray`") in text
+            f"{limits['integrations']} in `integrations`, `ray` and `deepspeed`") in text
     assert f"`--soak` gives {conftest.SOAK_FACTOR} times as long" in text

@@ -6,9 +6,13 @@
   (``pip install "trainstatus[transformers]"``).
 - ``trainstatus.integrations.accelerate``: Hugging Face Accelerate's ``save_state`` and ``load_state``
   (``pip install "trainstatus[accelerate]"``).
+- ``trainstatus.integrations.dcp``: ``torch.distributed.checkpoint`` (``pip install "trainstatus[dcp]"``).
+- ``trainstatus.integrations.deepspeed``: DeepSpeed's engine, for loops that call it themselves
+  (``pip install "trainstatus[deepspeed]"``).
 - ``trainstatus.integrations.ray``: Ray Train v2's controller (``pip install "trainstatus[ray]"``).
 
-Each module imports its library at the top and is imported only by its users: this package imports
+Each module imports its library at the top (``dcp`` when it reads a checkpoint; ``deepspeed`` never: the
+engine is the caller's) and is imported only by its users: this package imports
 nothing, so ``import trainstatus`` and ``import trainstatus.integrations`` never load torch or any
 training library.
 """

@@ -54,6 +54,7 @@ from .._storage import history as _history
 from .._store import StatusStore
 from ._accelerate import places as _places
 from ._accelerate.folders import sweep, unrecorded, whole
+from ._formats.deepspeed_tags import refusal
 from ._accelerate.places import PathLike, Place, project, refuse_misplaced, saving, shown_path
 from ._accelerate.places import place as _place
 from ._ranks import hosts as _hosts
@@ -276,6 +277,14 @@ def _choose(place: Place) -> dict[str, Any] | None:
             store.close()
         if skipped:
             warn_passed_over(shown_path(place, entry), skipped, place.status, CATEGORY, place.root, _WORDS)
+        if entry is not None:  # a DeepSpeedPlugin's ZeRO folder loads only into as many processes as saved it
+            me = _hosts.ranks()
+            why = refusal(entry, os.path.join(place.shown, entry["file_path"]), 1 if me is None else me.world_size)
+            if why is not None:
+                raise TrainingStatusCheckpointError(
+                    f"Cannot resume from {shown_path(place, entry)}: {why}. Nothing was loaded.",
+                    path=place.status, category=CATEGORY, file_path=entry["file_path"],
+                )
     else:
         refuse_misplaced(place)
     newer = unrecorded(place.root, entries, -1 if entry is None else int(entry["steps"]))

@@ -57,7 +57,7 @@ from .._store import StatusStore
 from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
-from ._shared.choice import choose, reasons
+from ._shared.choice import choose_unlisting, later, reasons, recorded
 from ._dcp.places import refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_unrecorded
 from ._ranks.hosts import ranks
 from ._formats.dcp_metadata import METADATA, reader, whole
@@ -130,7 +130,7 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
             checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
             # The entries of steps after this one, and those naming this folder under another step
             # (its files are this step's now), leave the list; no file is removed.
-            drop(checkpoints, lambda entry: _later(entry, int(step)) or (bool(over) and entry in over))
+            drop(checkpoints, lambda entry: later(entry, int(step)) or (bool(over) and entry in over))
             return checkpoints._add(int(step), name, reward=reward, synced=synced, fields=entry_fields())
         finally:
             store.close()
@@ -161,7 +161,7 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
     refuse_status_inside(path, folder, f"save into {folder}")
 
     def unlist() -> None:
-        if not os.path.exists(path) and not _history(path):
+        if not recorded(path):
             return  # nothing is listed: nothing to drop
         store = StatusStore(path)
         try:
@@ -205,17 +205,15 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
     warn_alone(f"last_complete_checkpoint({shown!r})", path, ranks() is not None)
 
     def pick() -> dict[str, Any] | None:
-        if not os.path.exists(path) and not _history(path):
+        if not recorded(path):
             warn_unrecorded(unrecorded(root, set()), root, path, None)
             return None
         reader(root)  # before the store: without torch, raise rather than find every folder unreadable
         store = StatusStore(path, resume=True)
         try:
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=root)
-            entry, skipped = choose(checkpoints, whole(root))
+            entry, skipped = choose_unlisting(checkpoints, whole(root))
             if skipped:
-                newest = -1 if entry is None else entry["steps"]
-                drop(checkpoints, lambda e: _later(e, newest))
                 _warn_passed_over(entry, skipped, path, root, shown)
             if entry is not None:
                 _note_world_size(entry, os.path.join(shown, entry["file_path"]), path)
@@ -285,10 +283,6 @@ def _check_step(step: Any, given: PathLike, action: str) -> None:
         )
 
 
-def _later(entry: Mapping[str, Any], step: int) -> bool:
-    steps = entry.get("steps")
-    return type(steps) is int and steps > step
-
 
 def _folder(given: Any, action: str) -> str:
     if not isinstance(given, (str, os.PathLike)) or "://" in os.fspath(given):
@@ -302,8 +296,3 @@ def _folder(given: Any, action: str) -> str:
 def _status_path(root: str, status_path: PathLike | None) -> str:
     return os.path.join(root, STATUS_FILE) if status_path is None else os.path.abspath(os.fspath(status_path))
 
-
-def _history(path: str) -> bool:
-    from .._storage import history
-
-    return bool(history.versions(os.path.dirname(path), os.path.basename(path)))

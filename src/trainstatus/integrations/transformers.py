@@ -51,7 +51,14 @@ from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
 from ._ranks import saving as _saving
 from ._shared.choice import Words, newest_whole, pick, reasons, warn_passed_over
-from ._transformers.folders import note_world_size, output_folder, unrecorded, warn_unrecorded, whole
+from ._transformers.folders import (
+    note_world_size,
+    output_folder,
+    refuse_reshard,
+    unrecorded,
+    warn_unrecorded,
+    whole,
+)
 from ._transformers.upkeep import Best, best_fix, drop_later, remove, rotate
 from ._transformers.upkeep import output_dir as _output_dir
 
@@ -245,10 +252,14 @@ class TrainStatusCallback(TrainerCallback):
                     "output_dir.",
                     path=path, category=CATEGORY,
                 )
+            shown = os.path.join(folder, entry["file_path"])
+            me = _hosts.ranks()
+            refuse_reshard(entry, shown, path, CATEGORY, 1 if me is None else me.world_size)
             if skipped:
-                warn_passed_over(os.path.join(folder, entry["file_path"]), skipped, path, CATEGORY, root, _WORDS)
+                warn_passed_over(shown, skipped, path, CATEGORY, root, _WORDS)
             if newer:
                 warn_unrecorded(newer, root, path, CATEGORY)
+            note_world_size(entry, shown, path, CATEGORY, 1 if me is None else me.world_size)
             return entry
 
         entry = _decide(choose, root, timeout)
@@ -289,8 +300,9 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str], *,
             warn_unrecorded(newer, root, path, CATEGORY)
         if entry is not None:
             me = _hosts.ranks()
-            note_world_size(entry, os.path.join(os.fspath(output_dir), entry["file_path"]), path, CATEGORY,
-                            1 if me is None else me.world_size)
+            shown = os.path.join(os.fspath(output_dir), entry["file_path"])
+            refuse_reshard(entry, shown, path, CATEGORY, 1 if me is None else me.world_size)
+            note_world_size(entry, shown, path, CATEGORY, 1 if me is None else me.world_size)
         return entry
 
     entry = _decide(choose, root, timeout)

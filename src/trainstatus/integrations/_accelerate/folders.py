@@ -30,6 +30,7 @@ from typing import Any
 from ..._checkpoints.files import CHECKPOINTS, FILES
 from .._formats import safetensors as _safetensors
 from .._formats import torch_zip as _torch_zip
+from .._formats.deepspeed_tags import shards_problem, tags_in
 
 __all__ = ["CHECKPOINTS_DIR", "number", "random_states", "sweep", "unrecorded", "whole"]
 
@@ -69,6 +70,10 @@ def whole(root: str) -> Callable[[dict[str, Any]], bool]:
         if absent:
             raise ValueError(f"{folder} was saved by {world} process{'es' if world > 1 else ''}, but {_listed(absent)} "
                              f"{'was' if len(absent) == 1 else 'were'} not recorded with it")
+        for tag, names in sorted(tags_in(folder, files).items()):  # a DeepSpeedPlugin's: every rank's ZeRO shard
+            why = shards_problem(os.path.join(folder, tag), names, world)
+            if why is not None:
+                raise ValueError(why)
         for name in files:
             path = os.path.join(root, name)
             why = None

@@ -10,10 +10,10 @@ from typing import Any
 
 from ..._storage import history as _history
 from ..._checkpoints.checkpoint_list import CheckpointList
-from ..._checkpoints.files import CHECKPOINTS
 from ..._checkpoints.usable import newest_usable
 from ..._errors import TrainingStatusCheckpointWarning, warn
 from ..._store import StatusStore
+from .upkeep import drop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +34,31 @@ def choose(checkpoints: CheckpointList, check: Callable[[dict[str, Any]], bool])
     return (None if chosen is None else dict(chosen)), [(entry, _why(entry, reason)) for entry, reason in skipped]
 
 
+def recorded(status_path: str) -> bool:
+    """Is there a status file at ``status_path``, or a kept version of one (its history), to read?
+    Without either, nothing was ever recorded there: a fresh run."""
+    return os.path.exists(status_path) or bool(
+        _history.versions(os.path.dirname(os.path.abspath(status_path)), os.path.basename(status_path)))
+
+
+def later(entry: Mapping[str, Any], step: int) -> bool:
+    """Is ``entry`` of a step after ``step``?"""
+    steps = entry.get("steps")
+    return type(steps) is int and steps > step
+
+
+def choose_unlisting(checkpoints: CheckpointList,
+                     check: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
+    """``choose``, and the newer entries passed over dropped from the list in one write (their
+    files stay): a run saves over their folders as it reaches their steps, and a folder half saved
+    over must never be found listed (same-size shards pass the size check)."""
+    entry, skipped = choose(checkpoints, check)
+    if skipped:
+        newest = -1 if entry is None else entry["steps"]
+        drop(checkpoints, lambda e: later(e, newest))
+    return entry, skipped
+
+
 def pick(status_path: str, category: str, root: str, check: Callable[[dict[str, Any]], bool],
          listed: list[Any] | None = None) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
     """``choose`` over ``category``'s checkpoints in ``status_path`` (relative paths under ``root``);
@@ -42,8 +67,7 @@ def pick(status_path: str, category: str, root: str, check: Callable[[dict[str, 
     A missing status file is a fresh run (None, nothing passed over), unless its history is there:
     then the store puts the newest kept version back (``resume=True``) and that is read.
     """
-    if not os.path.exists(status_path) and not _history.versions(os.path.dirname(os.path.abspath(status_path)),
-                                                                 os.path.basename(status_path)):
+    if not recorded(status_path):
         return None, []
     store = StatusStore(status_path, resume=True)
     try:

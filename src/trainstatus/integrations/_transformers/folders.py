@@ -22,12 +22,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..._checkpoints.checkpoint_list import CheckpointList
 from ..._checkpoints.files import CHECKPOINTS, FILES, _faults
-from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
+from ..._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
 from ..._store import StatusStore
 from .._formats import safetensors as _safetensors
 from .._formats import torch_zip as _torch_zip
+from .._formats.deepspeed_tags import refusal, shards_problem, tags_in
 
-__all__ = ["TRAINER_STATE", "problem", "unrecorded", "warn_unrecorded", "whole"]
+__all__ = ["TRAINER_STATE", "problem", "refuse_reshard", "unrecorded", "warn_unrecorded", "whole"]
 
 TRAINER_STATE = "trainer_state.json"  # the Trainer's TRAINER_STATE_NAME: written last, read on resume
 
@@ -52,6 +53,10 @@ def whole(root: str) -> Callable[[dict[str, Any]], bool]:
                 json.load(f)
             except ValueError as exc:
                 raise ValueError(f"{state} is not JSON ({exc})") from None
+        for tag, names in sorted(tags_in(folder, files).items()):  # deepspeed=: every rank's ZeRO shard
+            why = shards_problem(os.path.join(folder, tag), names, entry.get("world_size"))
+            if why is not None:
+                raise ValueError(why)
         for name in files:
             path = os.path.join(root, name)
             why = (_safetensors.problem(path) if name.endswith(".safetensors")
@@ -134,6 +139,16 @@ def output_folder(output_dir: str | os.PathLike[str]) -> str:
             "recorded there. Nothing was read or changed."
         )
     return root
+
+
+def refuse_reshard(entry: Mapping[str, Any], shown: str, status_path: str, category: str, world: int) -> None:
+    """Refuse, before the Trainer hands it to DeepSpeed, a checkpoint whose DeepSpeed ZeRO folder
+    (``global_step<N>/``, saved with ``deepspeed=``) was saved by another number of ranks than
+    ``world`` (``deepspeed_tags.refusal``): DeepSpeed raises ``ZeRORuntimeException`` partway through."""
+    why = refusal(entry, shown, world)
+    if why is not None:
+        raise TrainingStatusCheckpointError(f"Cannot resume from {shown}: {why}. Nothing was loaded.",
+                                            path=status_path, category=category, file_path=entry["file_path"])
 
 
 def note_world_size(entry: Mapping[str, Any], shown: str, status_path: str, category: str, world: int) -> None:

@@ -1,0 +1,1 @@
+"""The helpers of ``trainstatus.integrations.deepspeed``, beside it."""

@@ -1,0 +1,341 @@
+"""trainstatus.integrations.deepspeed against DeepSpeed's real engine, and the Transformers Trainer
+with ``deepspeed=``, on 2 CPU ranks (gloo) in .venv-deepspeed (the deepspeed group: ``pytest -m
+deepspeed``). The ranks are forked by tests/_deepspeed_trainer.py's fork server (torch, DeepSpeed
+and Transformers imported once); no DeepSpeed op is compiled (the shared-memory op off, torch's
+AdamW, ``TORCH_EXTENSIONS_DIR`` in the test's folder: one compile would take minutes).
+
+The rules (what is unlisted when, what is refused, the world-size comparison) are tested in
+milliseconds by tests/test_deepspeed_protocol.py; these show what only the real engine shows:
+its files, its kills and its own resume's failures."""
+
+from __future__ import annotations
+
+import collections
+import random
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import _launch
+import pytest
+from _launch import Run, Workers, free_port
+
+TRAINER = Path(__file__).resolve().parent / "_deepspeed_trainer.py"
+BOUND = 120.0  # seconds: every wait, and the children's collectives' timeout
+
+
+@pytest.fixture(scope="module")
+def server(deepspeed_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    where = tmp_path_factory.mktemp("deepspeed_workers")
+    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(where / "torch_extensions")}
+    with Workers(deepspeed_python, TRAINER, where, env=env, bound=BOUND, defaults={"timeout": BOUND}) as started:
+        yield started
+    # Nothing was compiled: DeepSpeed's ops stayed unbuilt (a build would have left its folder here).
+    assert not any((where / "torch_extensions").glob("*/*.so")), list((where / "torch_extensions").rglob("*"))
+
+
+@pytest.fixture
+def workers(server: Workers) -> Iterator[Workers]:
+    """The server; no worker of a run the test started outlives the test."""
+    with server.owned():
+        yield server
+
+
+def recorded(directory: Path, category: str = "deepspeed") -> list[dict[str, Any]]:
+    return _launch.recorded(directory / "training_status.json", category)
+
+
+def tags(directory: Path) -> list[str]:
+    return sorted((p.name for p in directory.iterdir() if p.is_dir() and p.name.startswith("global_step")),
+                  key=lambda name: int(name[len("global_step"):]))
+
+
+def ended(run: Run) -> None:
+    """Kill what is left of ``run`` (a rank a kill left waiting on the other) and wait for its end."""
+    run.kill([0, 1])
+    run.exits()
+
+
+# -- kills --------------------------------------------------------------------------------------
+
+
+def only_unrecorded_named(warnings: list[str]) -> bool:
+    """A resume after a kill says nothing but, at most, which folders a save the kill cut short left
+    unrecorded (a recorded checkpoint passed over, or anything else, would be a failure here)."""
+    return all(w.startswith("TrainingStatusCheckpointWarning: Passed over ") and " not recorded in " in w
+               for w in warnings)
+
+
+def kill_at_a_seeded_moment(run: Run, rng: random.Random, before_save: str, step: int, pause: float) -> str:
+    """SIGKILL rank 0, rank 1 or both, once ``rng`` chose when: in the start-up (DeepSpeed's
+    initialize, the resume, the first steps), at any time after the resume, or ``pause`` seconds at
+    most after rank 1's ``before_save`` event of ``step`` (inside that save, mostly). Wait for the
+    run's end; "one rank" or "group"."""
+    moment = rng.choice(["start", "any", "in save", "in save"])
+    if moment == "start":
+        time.sleep(rng.uniform(0.0, 3.0))
+    else:
+        run.event("resumed", 0)
+        if moment == "any":
+            time.sleep(rng.uniform(0.0, 0.5))
+        else:
+            run.event(before_save, 1, step=step)
+            time.sleep(rng.uniform(0.0, pause))
+    victims = rng.choice([[0], [1], [0, 1]])
+    run.kill(victims)
+    ended(run)
+    return "group" if len(victims) == 2 else "one rank"
+
+
+def campaign(workers: Workers, tmp_path: Path, seed: int, *, stage: int, kills: int) -> dict[str, Any]:
+    """``kills`` SIGKILLs of one rank or both at seeded moments (a share inside saves), and two
+    deaths inside rank 1's shard write (``os._exit`` with its ZeRO shard half written): one in
+    trainstatus's save, one in DeepSpeed's own (``theirs``: every step is saved by both, each into
+    its folder). After each, the status file is never behind the last record, and the next run
+    resumes both ranks from its newest tag. Then a last run of 3 more steps, whose parameters
+    must equal an uninterrupted run's, bit for bit. Returns the tally."""
+    rng = random.Random(seed)
+    directory, theirs = tmp_path / "ckpt", tmp_path / "theirs"
+    newest, resumes = 0, 0
+    tally: collections.Counter[str] = collections.Counter()
+    dying = {rng.randrange(kills): "ours", rng.randrange(kills): "theirs"}
+    for number in range(kills + 1):
+        final = number == kills
+        options: dict[str, Any] = {"dir": str(directory), "theirs": str(theirs), "stage": stage, "keep": 2,
+                                   "steps": newest + 3 if final else 10**6}
+        how = dying.get(number) if not final else None
+        if how is not None:
+            options["die_in_write"] = [1, newest + rng.randint(1, 3), how]
+        run = workers.start(**options)
+        try:
+            run.each("pid")
+            if final:
+                done = run.finished()
+            elif how is not None:
+                # Rank 0 goes on until DeepSpeed's or trainstatus's next collective finds rank 1 gone
+                # (DeepSpeed's own save writes latest before its barrier), and fails there.
+                run.event("dying", 1)
+                assert run.exits()[0] != 0
+                tally[f"died in {how} save"] += 1
+            else:
+                tally[kill_at_a_seeded_moment(run, rng, "save-begin", newest + rng.randint(1, 3), 0.05)] += 1
+        finally:
+            run.kill([0, 1])
+        events = run.events
+        for resumed in (e for e in events if e["event"] == "resumed"):
+            assert (resumed["tag"], resumed["step"]) == (f"global_step{newest}" if newest else None, newest), \
+                (number, resumed)
+            assert only_unrecorded_named(resumed["warnings"]), (number, resumed)
+            resumes += resumed["rank"] == 0 and newest > 0
+        for their in (e for e in events if e["event"] == "theirs" and e["tag"] is not None):
+            tally["theirs tried"] += their["rank"] == 0
+            tally["theirs failed"] += their["rank"] == 0 and not all(
+                e["ok"] for e in events if e["event"] == "theirs")
+            if not their["ok"]:
+                tally[f"theirs: {their['error'].split(':')[0]}"] += their["rank"] == 1
+        begun = {e["step"] for e in events if e["event"] == "save-begin"}
+        tally["inside a save"] += not final and bool(begun) and not {e["step"] for e in events
+                                                                     if e["event"] == "save-end"} >= begun
+        if final:
+            break
+        entries = recorded(directory)
+        steps = [e["steps"] for e in entries]
+        assert steps == sorted(steps) and len(steps) <= 2, (number, steps)
+        assert not steps or steps[-1] >= newest, (number, steps, newest)
+        assert all(e["world_size"] == 2 for e in entries), entries
+        newest = steps[-1] if steps else 0
+    # keep=2: two tag folders left, the two recorded. A torn one a kill left was saved over and
+    # rotated out; one a kill left unremoved between a record and its removal was swept.
+    assert [e["file_path"] for e in recorded(directory)] == [f"global_step{newest + 2}", f"global_step{newest + 3}"]
+    assert tags(directory) == [f"global_step{newest + 2}", f"global_step{newest + 3}"]
+    assert (directory / "latest").read_text() == f"global_step{newest + 3}"
+    reference = workers.start(dir=str(tmp_path / "reference"), stage=stage, steps=newest + 3)
+    assert reference.finished()[0]["digest"] == done[0]["digest"] is not None
+    return {**tally, "resumes": resumes, "kills": kills}
+
+
+def summary(stage: int, tally: dict[str, Any]) -> None:
+    causes = ", ".join(f"{key[len('theirs: '):]} {value}" for key, value in tally.items() if key.startswith("theirs: "))
+    print(f"\nDeepSpeed ZeRO-{stage} (2 ranks, gloo), {tally['kills']} kills ({tally.get('one rank', 0)} of one rank, "
+          f"{tally.get('group', 0)} of both, {tally.get('died in ours save', 0)} + {tally.get('died in theirs save', 0)} "
+          f"with rank 1's shard half written in trainstatus's and DeepSpeed's own save; {tally.get('inside a save', 0)} "
+          f"inside a save):\n  trainstatus: {tally['resumes']} resumes from a tag, 0 failed, 0 behind the last record; "
+          f"final parameters equal to an uninterrupted run's, bit for bit; two tag folders left (keep=2)\n"
+          f"  DeepSpeed's own resume (latest, then its "
+          f"files): {tally.get('theirs failed', 0)} of {tally.get('theirs tried', 0)} would have failed"
+          + (f" ({causes})" if causes else ""))
+    sys.stdout.flush()
+
+
+def test_zero_2_kills_at_seeded_moments_resume_from_the_newest_recorded_tag(workers: Workers, tmp_path: Path,
+                                                                           seed: int) -> None:
+    tally = campaign(workers, tmp_path, seed, stage=2, kills=10)
+    assert tally.get("died in theirs save") == 1 and tally["theirs failed"] >= 1, tally  # latest named a torn tag
+    summary(2, tally)
+
+
+def test_zero_3_kills_resume_from_the_newest_recorded_tag(workers: Workers, tmp_path: Path, seed: int) -> None:
+    summary(3, campaign(workers, tmp_path, seed, stage=3, kills=4))
+
+
+# -- latest, a cut shard, the world size ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(server: Workers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 ZeRO-2 steps of 2 ranks, each saved (global_step1-3)."""
+    directory = tmp_path_factory.mktemp("deepspeed_base") / "ckpt"
+    with server.owned():
+        server.start(dir=str(directory), steps=3).finished()
+    assert tags(directory) == ["global_step1", "global_step2", "global_step3"]
+    return directory
+
+
+@pytest.mark.parametrize("damage", ["empty latest", "cut latest", "cut rank 1 shard"])
+def test_latest_damaged_or_a_cut_rank_1_shard_resume_from_the_newest_whole_tag(
+        workers: Workers, tmp_path: Path, base: Path, damage: str) -> None:
+    directory = tmp_path / "ckpt"
+    shutil.copytree(base, directory)
+    shard = directory / "global_step3" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    if damage == "empty latest":
+        (directory / "latest").write_text("")
+    elif damage == "cut latest":
+        (directory / "latest").write_text("global_st")
+    else:
+        with open(shard, "r+b") as f:
+            f.truncate(shard.stat().st_size // 2)
+    run = workers.start(dir=str(directory), theirs=str(directory), steps=3)
+    run.finished()
+    resumed = run.each("resumed")
+    expected = "global_step2" if damage == "cut rank 1 shard" else "global_step3"
+    assert [(e["tag"], e["step"]) for e in resumed] == [(expected, int(expected[-1]))] * 2
+    theirs = run.each("theirs")
+    assert not any(e["ok"] for e in theirs), theirs  # DeepSpeed's own resume fails on each
+    if damage == "cut rank 1 shard":
+        [warning] = resumed[0]["warnings"]
+        assert "global_step2 is the newest whole tag" in warning
+        assert "global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt" in warning
+    else:
+        assert resumed[0]["warnings"] == []
+
+
+def test_a_zero_tag_of_two_ranks_resumed_by_one_is_refused_before_deepspeed_loads(
+        workers: Workers, tmp_path: Path, base: Path) -> None:
+    directory = tmp_path / "ckpt"
+    shutil.copytree(base, directory)
+    run = workers.start(1, dir=str(directory), steps=5, port=free_port())
+    run.finished(failed=1)
+    error = run.event("error", 0)
+    assert error["type"] == "TrainingStatusCheckpointError"
+    assert "saved by 2 ranks and this run has 1" in error["message"] and "ds_to_universal" in error["message"]
+    assert [e["steps"] for e in recorded(directory)] == [1, 2, 3]  # nothing unlisted
+
+
+# -- the Transformers Trainer with deepspeed= ---------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_the_trainer_records_every_rank_s_zero_shards_and_refuses_another_world_size(
+        workers: Workers, tmp_path: Path, stage: int) -> None:
+    directory = tmp_path / "out"
+    workers.start(role="trainer", dir=str(directory), stage=stage, max_steps=4).finished()
+    entries = recorded(directory, "transformers")
+    assert [(e["steps"], e["world_size"]) for e in entries] == [(2, 2), (4, 2)]
+    shards = {name.rsplit("/", 1)[1] for name in entries[-1]["files"] if "/global_step4/" in name}
+    expected = {f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)}
+    expected |= ({f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt" for rank in (0, 1)} if stage == 3
+                 else {"mp_rank_00_model_states.pt"})
+    assert shards == expected
+    # One process: refused before the Trainer hands the folder to DeepSpeed, both numbers named.
+    alone = workers.start(1, role="trainer", dir=str(directory), stage=stage, max_steps=6, port=free_port())
+    alone.finished(failed=1)
+    message = alone.event("error", 0)["message"]
+    assert f"Cannot resume from {directory / 'checkpoint-4'}: it was saved by 2 ranks with DeepSpeed and this run " \
+           "has 1" in message and "ds_to_universal" in message
+    # The same two ranks resume from it.
+    again = workers.start(role="trainer", dir=str(directory), stage=stage, max_steps=6)
+    assert [e["step"] for e in again.finished()] == [6, 6]
+    assert [e["path"] for e in again.each("resumed")] == [str(directory / "checkpoint-4")] * 2
+
+
+# -- Accelerate with a DeepSpeedPlugin ----------------------------------------------------------
+
+
+def test_accelerate_with_a_deepspeed_plugin_records_every_rank_s_shards_and_refuses_another_world_size(
+        workers: Workers, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    workers.start(role="accelerate", dir=str(project), steps=3).finished()
+    entries = recorded(project, "accelerate")
+    assert [(e["file_path"], e["world_size"]) for e in entries] == [("checkpoints/checkpoint_1", 2),
+                                                                    ("checkpoints/checkpoint_2", 2)]
+    shard = project / "checkpoints" / "checkpoint_2" / "pytorch_model" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    assert f"checkpoints/checkpoint_2/pytorch_model/{shard.name}" in entries[-1]["files"]
+    # Rank 1's shard of the newest cut short: both processes resume from the one before, told why.
+    with open(shard, "r+b") as f:
+        f.truncate(shard.stat().st_size // 2)
+    run = workers.start(role="accelerate", dir=str(project), steps=3)
+    run.finished()
+    resumed = run.each("resumed")
+    assert [(e["path"], e["step"]) for e in resumed] == [(str(project / "checkpoints" / "checkpoint_1"), 2)] * 2
+    assert f"checkpoints/checkpoint_2/pytorch_model/{shard.name}" in resumed[0]["warnings"][0]
+    # One process: refused before Accelerate hands the folder to DeepSpeed, both numbers named.
+    alone = workers.start(1, role="accelerate", dir=str(project), steps=4, port=free_port())
+    alone.finished(failed=1)
+    message = alone.event("error", 0)["message"]
+    assert "saved by 2 ranks with DeepSpeed and this run has 1" in message and "ds_to_universal" in message
+
+
+def test_the_trainer_with_deepspeed_killed_at_seeded_moments_resumes_from_the_newest_recorded_checkpoint(
+        workers: Workers, tmp_path: Path, seed: int) -> None:
+    """The Trainer with ``deepspeed=`` (ZeRO-2) and ``TrainStatusCallback``, a save every 2 steps:
+    SIGKILLs of one rank or both at seeded moments, and one death inside rank 1's shard write. Each
+    run resumes both ranks from the newest recorded checkpoint; each measures what the Trainer's own
+    ``resume_from_checkpoint=True`` would load (the highest ``checkpoint-<N>``, then DeepSpeed's
+    ``latest`` in it)."""
+    rng = random.Random(seed)
+    directory, kills, newest, resumes = tmp_path / "out", 6, 0, 0
+    tally: collections.Counter[str] = collections.Counter()
+    dying = rng.randrange(kills)
+    for number in range(kills + 1):
+        final = number == kills
+        options: dict[str, Any] = {"role": "trainer", "dir": str(directory), "theirs": True,
+                                   "max_steps": newest + 4 if final else 10**6}
+        if number == dying:
+            options["die_in_write"] = [1, newest + 2, "ours"]
+        run = workers.start(**options)
+        try:
+            run.each("pid")
+            if final:
+                run.finished()
+            elif number == dying:
+                run.event("dying", 1)
+                assert run.exits()[0] != 0
+                tally["died in a save"] += 1
+            else:
+                tally[kill_at_a_seeded_moment(run, rng, "step", newest + rng.choice([2, 4]), 0.1)] += 1
+        finally:
+            run.kill([0, 1])
+        events = run.events
+        for resumed in (e for e in events if e["event"] == "resumed"):
+            assert resumed["path"] == (str(directory / f"checkpoint-{newest}") if newest else None), (number, resumed)
+            assert only_unrecorded_named(resumed["warnings"]), (number, resumed)
+            resumes += resumed["rank"] == 0 and newest > 0
+        theirs = [e for e in events if e["event"] == "theirs" and e["path"] is not None]
+        if len(theirs) == 2:
+            tally["theirs tried"] += 1
+            tally["theirs failed"] += not all(e["ok"] for e in theirs)
+        if final:
+            break
+        steps = [e["steps"] for e in recorded(directory, "transformers")]
+        assert steps == sorted(steps) and (not steps or steps[-1] >= newest), (number, steps, newest)
+        newest = steps[-1] if steps else 0
+    assert [e["steps"] for e in recorded(directory, "transformers")][-1] == newest + 4
+    print(f"\nTransformers Trainer with deepspeed= (ZeRO-2, 2 ranks), {kills} kills ({tally['one rank']} of one rank, "
+          f"{tally['group']} of both, {tally['died in a save']} with rank 1's shard half written):\n"
+          f"  trainstatus: {resumes} resumes from a checkpoint, 0 failed, 0 behind the last record\n"
+          f"  the Trainer's own resume_from_checkpoint=True (get_last_checkpoint, then DeepSpeed's latest in it): "
+          f"{tally['theirs failed']} of {tally['theirs tried']} would have failed")
+    sys.stdout.flush()
