@@ -7,6 +7,7 @@ file beside it makes concurrent test runs build it once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -45,9 +46,16 @@ def spec(**parts: Any) -> str:
     }, sort_keys=True)
 
 
+EDITABLE_LOCK = ROOT / ".editable-install.lock"
+"""Held around every editable install of this checkout (``-e``): setuptools writes
+``src/trainstatus.egg-info`` in the checkout, and two at once may mix their files. .ci/run's own
+editable install of .venv-lowest takes it too (``flock``: the same lock)."""
+
+
 def pip(venv: Path, *args: str, timeout: float) -> None:
     command = [str(python(venv)), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    with filelock.FileLock(str(EDITABLE_LOCK), timeout=timeout) if "-e" in args else contextlib.nullcontext():
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"building {venv} failed: {' '.join(command)}\n{result.stdout}\n{result.stderr}")
 

@@ -155,7 +155,8 @@ def test_a_deepspeed_plugin_s_tag_with_every_rank_s_shard_passes(checkpoint: tup
 
 
 def test_a_deepspeed_plugin_s_tag_without_a_rank_s_shard_is_not_whole(checkpoint: tuple[Path, dict[str, Any]]) -> None:
-    # Recorded by 2 processes with rank 1's ZeRO shard missing from the record (a status file
-    # edited, or written by another tool): a load would fail in DeepSpeed on rank 1.
-    assert why(checkpoint[0], with_deepspeed_tag(checkpoint, (0,))) == (
-        f"{FOLDER}/pytorch_model has no ZeRO shard of rank 1 recorded (zero_pp_rank_<rank>_*)")
+    # Rank 1's ZeRO shard missing from the record between ranks 0 and 2 (a status file edited, or
+    # written by another tool): a load would fail in DeepSpeed on rank 1.
+    assert why(checkpoint[0], with_deepspeed_tag(checkpoint, (0, 2))) == (
+        f"{FOLDER}/pytorch_model has no ZeRO optimizer shard of rank 1 recorded "
+        "(zero_pp_rank_<rank>_mp_rank_00_optim_states.pt)")

@@ -132,18 +132,41 @@ def test_a_damaged_rank_shard_is_passed_over_by_name_and_unlisted(tmp_path: Path
     assert shard.parent.is_dir()  # its files are left on disk
 
 
-def test_a_tag_recorded_without_one_rank_s_shard_is_passed_over(tmp_path: Path) -> None:
-    # Two ranks' shards recorded as two: an entry naming rank 1's alone (a status file edited by
-    # hand, or one written by another tool) is not whole.
-    engine = FakeEngine()
+@pytest.mark.parametrize(("stage", "left_out", "said"), [
+    (2, "zero_pp_rank_1_mp_rank_00_optim_states.pt", "no ZeRO optimizer shard of rank 1 recorded"),
+    (3, "zero_pp_rank_1_mp_rank_00_model_states.pt", "no ZeRO weights shard of rank 1 recorded"),
+    (2, "mp_rank_00_model_states.pt", "no *_model_states.pt recorded"),
+])
+def test_a_tag_recorded_without_a_rank_s_file_is_passed_over(tmp_path: Path, stage: int, left_out: str,
+                                                              said: str) -> None:
+    # Three ranks' files, one left out of the record (a status file edited by hand, or written by
+    # another tool): a load would fail in DeepSpeed on that rank.
+    engine = FakeEngine(stage=stage)
     saved(engine, tmp_path, range(1, 3))
+    tag = tmp_path / "global_step2"
+    for rank in (1, 2):
+        for name in __import__("_deepspeed_fake").file_names(stage, rank):
+            (tag / name).write_bytes(torch_saved(b"x"))
     with StatusStore(tmp_path / deepspeed.STATUS_FILE) as store:
         entries = store.get(deepspeed.CATEGORY, "checkpoints")
-        entries[-1]["world_size"] = 2
+        entries[-1]["files"] = {f"global_step2/{p.name}": p.stat().st_size for p in tag.iterdir() if p.name != left_out}
         store.set(deepspeed.CATEGORY, "checkpoints", entries)
     with pytest.warns(TrainingStatusCheckpointWarning) as caught:
         assert deepspeed.last_complete_checkpoint(tmp_path) == "global_step1"
-    assert "global_step2 has no ZeRO shard of rank 1 recorded" in messages(caught.list)[0]
+    assert f"global_step2 has {said}" in messages(caught.list)[0]
+
+
+def test_a_tag_of_one_shard_group_s_optimizer_shards_is_whole(tmp_path: Path) -> None:
+    # MiCS and ZeRO++'s hpZ save the optimizer shards of the first shard group only: fewer files
+    # than the ranks that saved (here 1 of 4), every one from rank 0 up. Not a reason to pass it over.
+    engine = FakeEngine()
+    saved(engine, tmp_path, range(1, 2))
+    [entry] = listed(tmp_path)
+    assert _tags.whole(str(tmp_path))({**entry, "world_size": 4}) is True
+    with pytest.raises(ValueError, match="no ZeRO optimizer shard of rank 0"):
+        _tags.whole(str(tmp_path))({**entry, "files": {name: size for name, size in entry["files"].items()
+                                                       if "zero_pp_rank_0" not in name} | {
+            "global_step1/zero_pp_rank_1_mp_rank_00_optim_states.pt": 1}})
 
 
 def test_a_run_that_went_back_drops_the_later_entries_when_it_saves(tmp_path: Path) -> None:
@@ -395,20 +418,73 @@ def test_a_folder_whose_tag_holds_no_zero_shard_loads_into_any_number_of_ranks(t
     assert "saved by 1 rank with" in (_tags.refusal(single, str(tmp_path / "one" / "checkpoint-4"), 2) or "")
 
 
-def test_keep_also_sweeps_default_tags_a_kill_left_unlisted_below_the_oldest_kept(tmp_path: Path) -> None:
+def test_a_tag_a_kill_kept_the_rotation_from_removing_is_removed_at_the_next_save(tmp_path: Path) -> None:
     engine = FakeEngine()
-    saved(engine, tmp_path, range(1, 4), keep=2)
-    # A rotation's list write landed, its removal did not (a kill between them): global_step1 is
-    # back on disk, unlisted. Beside it: a tag of the user's name, and a save above the kept steps
-    # that a kill cut short.
-    for name in ("global_step1", "best", "global_step9"):
-        engine.global_steps = 1
-        engine.save_checkpoint(str(tmp_path), tag=name, save_latest=False)
-    saved(engine, tmp_path, range(4, 5), keep=2)
-    assert [e["file_path"] for e in listed(tmp_path)] == ["global_step3", "global_step4"]
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["best", "global_step3", "global_step4",
-                                                                         "global_step9"]
+    # The user's own DeepSpeed saves in the folder before trainstatus (global_step1, global_step2,
+    # and one of a name of theirs): never recorded, so never removed.
+    for step in (1, 2):
+        engine.global_steps = step
+        engine.save_checkpoint(str(tmp_path), save_latest=False)
+    engine.save_checkpoint(str(tmp_path), tag="mine", save_latest=False)
+    saved(engine, tmp_path, range(3, 6), keep=2)
+    real_remove = os.remove
+
+    def killed_in_the_removal(path: Any, *args: Any, **kwargs: Any) -> None:
+        if "global_step4" in os.fspath(path):
+            raise Killed  # the list on disk no longer names global_step4; its folder stays
+        real_remove(path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "remove", killed_in_the_removal)
+        with pytest.raises(Killed):
+            saved(engine, tmp_path, range(6, 7), keep=2)
+    assert [e["file_path"] for e in listed(tmp_path)] == ["global_step5", "global_step6"]
+    assert (tmp_path / "global_step4").is_dir()
+    saved(engine, tmp_path, range(7, 8), keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["global_step1", "global_step2",
+                                                                         "global_step6", "global_step7", "mine"]
     # Without keep, nothing but the list's own rotation is ever removed.
-    engine.save_checkpoint(str(tmp_path), tag="global_step0", save_latest=False)
-    saved(engine, tmp_path, range(5, 6))
-    assert (tmp_path / "global_step0").is_dir()
+    (tmp_path / "global_step4").mkdir()
+    saved(engine, tmp_path, range(8, 9))
+    assert (tmp_path / "global_step4").is_dir()
+
+
+def test_a_module_file_missing_for_a_model_parallel_rank_is_named() -> None:
+    names = ["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+             "zero_pp_rank_0_mp_rank_01_optim_states.pt"]
+    assert _tags.shards_problem("g", names) == "g has no mp_rank_01_model_states.pt recorded (the module's states)"
+    assert _tags.shards_problem("g", [*names, "mp_rank_01_model_states.pt"]) is None
+    assert _tags.shards_problem("g", ["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                      "mp_rank_00_model_states.pt"]) is None
+
+
+def test_a_wrong_path_one_host_sees_is_refused_on_every_rank_alike(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Node-local disks: only rank 0's host holds a tag folder at the path given. Rank 0 checks it
+    # and every rank raises its error (a rank raising alone would leave the other in a collective).
+    world = World(tmp_path, monkeypatch, shared=False)
+    tag = world.root(0) / "ckpt" / "global_step1"
+    tag.mkdir(parents=True)
+    (tag / "mp_rank_00_model_states.pt").write_bytes(torch_saved(b"x"))
+    given = [world.root(rank) / "ckpt" / "global_step1" for rank in (0, 1)]
+    outcomes = world.run(*[lambda rank: deepspeed.load_checkpoint(FakeEngine(rank), given[rank], timeout=SECONDS)] * 2)
+    assert [type(o.error) for o in outcomes] == [TrainingStatusValueError] * 2, outcomes
+    assert "is a DeepSpeed tag folder itself" in str(outcomes[1].error)
+    ranked = engines(world)
+    inside = [world.root(rank) / "ckpt" / "global_step1" / "status.json" for rank in (0, 1)]
+    outcomes = world.run(*[lambda rank: deepspeed.save_checkpoint(ranked[rank], world.root(rank) / "ckpt",
+                                                                  status_path=inside[rank], timeout=SECONDS)] * 2)
+    assert [type(o.error) for o in outcomes] == [TrainingStatusValueError] * 2, outcomes
+    assert ranked[0].saves == ranked[1].saves == []
+
+
+@pytest.mark.parametrize(("options", "error"), [({"keep": 0}, TrainingStatusValueError),
+                                                ({"keep": "3"}, TrainingStatusTypeError),
+                                                ({"reward": "best"}, TrainingStatusTypeError)])
+def test_a_bad_keep_or_reward_is_refused_before_anything_is_unlisted_or_saved(tmp_path: Path, options: dict[str, Any],
+                                                                              error: type[Exception]) -> None:
+    engine = FakeEngine()
+    saved(engine, tmp_path, range(1, 2), tag="last")
+    with pytest.raises(error, match="Nothing was saved"):
+        deepspeed.save_checkpoint(engine, tmp_path, tag="last", **options)
+    assert len(engine.saves) == 1 and [e["file_path"] for e in listed(tmp_path)] == ["last"]

@@ -102,10 +102,13 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
     _check_step(step, checkpoint_dir, "record")
     root, name = os.path.split(folder)
     path = _status_path(root, status_path)
-    refuse_status_inside(path, folder, f"record {folder}")
+    refuse_status_inside(path, folder, f"record {folder}", look=False)
     warn_alone(f"record({os.fspath(checkpoint_dir)!r}, {step})", path, ranks() is not None)
 
     def write(synced: bool) -> dict[str, Any]:
+        # Rank 0's checks: their error reaches every rank (another rank may see another filesystem,
+        # and a rank raising alone leaves the others in the collective).
+        refuse_status_inside(path, folder, f"record {folder}")
         if not os.path.isfile(os.path.join(folder, METADATA)):
             raise TrainingStatusCheckpointError(
                 f"Cannot record {folder}: it has no {METADATA}, which torch.distributed.checkpoint writes last. "
@@ -158,9 +161,10 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
     _check_step(step, checkpoint_dir, "save")
     root = os.path.dirname(folder)
     path = _status_path(root, status_path)
-    refuse_status_inside(path, folder, f"save into {folder}")
+    refuse_status_inside(path, folder, f"save into {folder}", look=False)
 
     def unlist() -> None:
+        refuse_status_inside(path, folder, f"save into {folder}")  # rank 0's: its error reaches every rank
         if not recorded(path):
             return  # nothing is listed: nothing to drop
         store = StatusStore(path)
@@ -200,11 +204,12 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
     root = _folder(directory, "read")
     path = _status_path(root, status_path)
     shown = os.fspath(directory)
-    refuse_checkpoint_folder(root, shown, path)
-    refuse_status_inside(path, None, f"read {path}")
     warn_alone(f"last_complete_checkpoint({shown!r})", path, ranks() is not None)
 
     def pick() -> dict[str, Any] | None:
+        # Rank 0's checks: their error reaches every rank (another rank may see another filesystem).
+        refuse_checkpoint_folder(root, shown, path)
+        refuse_status_inside(path, None, f"read {path}")
         if not recorded(path):
             warn_unrecorded(unrecorded(root, set()), root, path, None)
             return None
@@ -218,7 +223,8 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
             if entry is not None:
                 _note_world_size(entry, os.path.join(shown, entry["file_path"]), path)
             if entry is None:  # never a bare None while checkpoint folders lie there: name them
-                listed = {e["file_path"] for e in checkpoints.entries() if isinstance(e.get("file_path"), str)}
+                listed = {e["file_path"] for e in checkpoints.entries()
+                          if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)}
                 warn_unrecorded(unrecorded(root, listed), root, path, None)
             return entry
         finally:

@@ -41,9 +41,15 @@ from typing import Any
 
 from .._checkpoints.checkpoint_list import CheckpointList
 from .._checkpoints.files import FILES
-from .._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusTypeError, warn
+from .._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusTypeError,
+    TrainingStatusValueError,
+    warn,
+)
 from .._store import StatusStore
-from ._deepspeed import latest
+from ._deepspeed import latest, rotation
 from ._deepspeed.places import (
     CATEGORY,
     STATUS_FILE,
@@ -51,7 +57,6 @@ from ._deepspeed.places import (
     refuse_status_inside,
     refuse_tag_folder,
     save_root,
-    sweep,
     unrecorded,
     warn_unrecorded,
 )
@@ -92,10 +97,9 @@ def save_checkpoint(engine: Any, save_dir: PathLike, tag: Any = None, client_sta
       DeepSpeed's own write of it is turned off, and ``latest`` is removed before a tag it names is
       saved over.
     - ``keep=N``: after the record is on disk, the oldest entries beyond N are dropped from the list
-      in one write and only then their tag folders removed. Then any ``global_step<n>`` tag folder
-      below the oldest step kept that the list does not name is removed too (one a kill stopped a
-      rotation from removing, as DeepSpeed's default tags are counted); a tag of another name, or
-      at or above that step (a save in progress, or one a kill cut short), is never removed.
+      in one write and only then their tag folders removed; a folder never recorded is never
+      removed. The tags about to be dropped are written down first (``deepspeed/removing``), so
+      that one a kill stopped the rotation from removing is removed at the next save.
     - ``reward``: a score kept with the entry; ``timeout``: seconds every collective waits for every
       rank (default 1800, torch's own), after which the late rank is named in a
       ``TrainingStatusCollectiveError``.
@@ -109,10 +113,14 @@ def save_checkpoint(engine: Any, save_dir: PathLike, tag: Any = None, client_sta
     step = _steps(engine)
     folder = os.path.join(root, name)
     path = _status_path(root, status_path)
-    refuse_status_inside(path, folder, f"save into {folder}")
+    refuse_status_inside(path, folder, f"save into {folder}", look=False)
+    _check_keep(keep, reward, folder)
     _refuse_decoupled(engine, folder)
 
     def unlist() -> None:
+        # Rank 0's (its error reaches every rank): what it sees of the filesystem may not be
+        # what another rank sees, and a rank raising alone leaves the others in the collective.
+        refuse_status_inside(path, folder, f"save into {folder}")
         if save_latest:
             latest.forget(root, name)
         if not recorded(path):
@@ -139,11 +147,9 @@ def save_checkpoint(engine: Any, save_dir: PathLike, tag: Any = None, client_sta
         try:
             checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
             drop(checkpoints, lambda entry: later(entry, step) or _names(checkpoints, entry, folder))
-            entry = checkpoints._add(step, name, reward=reward, synced=synced, fields=entry_fields())
             if keep is not None:
-                kept = [e for e in checkpoints.entries() if type(e.get("steps")) is int]
-                sweep(root, {e["file_path"] for e in kept if isinstance(e.get("file_path"), str)},
-                      min([e["steps"] for e in kept], default=step))
+                rotation.before_add(store, checkpoints, keep)
+            entry = checkpoints._add(step, name, reward=reward, synced=synced, fields=entry_fields())
         finally:
             store.close()
         if save_latest:
@@ -210,12 +216,13 @@ def _newest(given: PathLike, status_path: PathLike | None, timeout: float | None
     root = save_root(given, "read")
     shown = os.fspath(given)
     path = _status_path(root, status_path)
-    refuse_tag_folder(root, shown, path, call)
-    refuse_status_inside(path, None, f"read {path}")
     now = ranks()
     world = 1 if now is None else now.world_size
 
     def pick() -> dict[str, Any] | None:
+        # Rank 0's checks (their error reaches every rank): another rank may see another filesystem.
+        refuse_tag_folder(root, shown, path, call)
+        refuse_status_inside(path, None, f"read {path}")
         if not recorded(path):
             warn_unrecorded(unrecorded(root, set()), root, path)
             return None
@@ -226,7 +233,8 @@ def _newest(given: PathLike, status_path: PathLike | None, timeout: float | None
             if skipped:
                 _warn_passed_over(entry, skipped, path, root)
             if entry is None:
-                listed = {e["file_path"] for e in checkpoints.entries() if isinstance(e.get("file_path"), str)}
+                listed = {e["file_path"] for e in checkpoints.entries()
+                          if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)}
                 warn_unrecorded(unrecorded(root, listed), root, path)
             else:
                 _compare_world_size(entry, root, path, world, optimizer)
@@ -280,6 +288,21 @@ def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, 
         f"them, stop and move them out of {root}, or save into another folder.",
         skipped=list(skipped), path=path, category=CATEGORY,
     ))
+
+
+def _check_keep(keep: Any, reward: Any, folder: str) -> None:
+    """``keep`` and ``reward`` checked before anything is unlisted or saved (``CheckpointList``
+    would refuse them only at the record, after DeepSpeed wrote the tag)."""
+    if keep is not None and (type(keep) is not int or keep < 1):
+        raise (TrainingStatusValueError if type(keep) is int else TrainingStatusTypeError)(
+            f"save_checkpoint(..., keep={keep!r}) into {folder}: keep is a number of tags >= 1, or None to keep every "
+            "one. Nothing was saved."
+        )
+    if reward is not None and (type(reward) is bool or not isinstance(reward, numbers.Real)):
+        raise TrainingStatusTypeError(
+            f"save_checkpoint(..., reward={reward!r}) into {folder}: reward is a number (a validation score), or "
+            "None. Nothing was saved."
+        )
 
 
 def _refuse_decoupled(engine: Any, folder: str) -> None:

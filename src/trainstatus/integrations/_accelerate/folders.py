@@ -71,7 +71,7 @@ def whole(root: str) -> Callable[[dict[str, Any]], bool]:
             raise ValueError(f"{folder} was saved by {world} process{'es' if world > 1 else ''}, but {_listed(absent)} "
                              f"{'was' if len(absent) == 1 else 'were'} not recorded with it")
         for tag, names in sorted(tags_in(folder, files).items()):  # a DeepSpeedPlugin's: every rank's ZeRO shard
-            why = shards_problem(os.path.join(folder, tag), names, world)
+            why = shards_problem(os.path.join(folder, tag), names)
             if why is not None:
                 raise ValueError(why)
         for name in files:

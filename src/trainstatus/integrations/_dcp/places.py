@@ -48,12 +48,15 @@ def refuse_checkpoint_folder(directory: str, shown: str, status_path: str) -> No
         )
 
 
-def refuse_status_inside(status_path: str, folder: str | None, action: str) -> None:
+def refuse_status_inside(status_path: str, folder: str | None, action: str, *, look: bool = True) -> None:
     """A status file inside a checkpoint folder is refused: a save into that folder would write
-    around it (or ``dcp.save`` would overwrite it), and a folder removed by a rotation takes it along."""
+    around it (or ``dcp.save`` would overwrite it), and a folder removed by a rotation takes it along.
+    ``look=False``: from the paths alone (the same on every rank, so safe before a collective), not
+    whether the folder above the status file is a checkpoint folder on this host's disk (rank 0
+    checks that, and its error reaches every rank)."""
     parent = os.path.dirname(status_path)
     inside = folder is not None and (parent == folder or parent.startswith(folder + os.sep))
-    if inside or _is_checkpoint(parent):
+    if inside or (look and _is_checkpoint(parent)):
         where = folder if inside and folder is not None else parent
         raise TrainingStatusValueError(
             f"trainstatus.integrations.dcp cannot {action}: the status file {status_path} would lie inside the "

@@ -10,21 +10,18 @@ written, or said in a warning that names the folders.
 from __future__ import annotations
 
 import os
-import re
-import shutil
 from typing import Any
 
 from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusTypeError, TrainingStatusValueError, warn
 from .._formats.deepspeed_tags import MODEL_STATES, is_tag
 
 __all__ = ["CATEGORY", "STATUS_FILE", "check_tag", "refuse_status_inside", "refuse_tag_folder", "save_root",
-           "sweep", "unrecorded", "warn_unrecorded"]
+           "unrecorded", "warn_unrecorded"]
 
 STATUS_FILE = "training_status.json"
 CATEGORY = "deepspeed"
 # Names DeepSpeed or trainstatus give files beside the tags: a tag of one of these names would
 # be a folder in their place.
-_STEP_TAG = re.compile(r"global_step([0-9]+)")  # DeepSpeed's default tag, whole
 _NOT_TAGS = {"latest", "latest_universal", "zero_to_fp32.py", "zero_to_torch.py", STATUS_FILE}
 
 
@@ -64,12 +61,14 @@ def refuse_tag_folder(root: str, shown: str, status_path: str, call: str) -> Non
         )
 
 
-def refuse_status_inside(status_path: str, folder: str | None, action: str) -> None:
+def refuse_status_inside(status_path: str, folder: str | None, action: str, *, look: bool = True) -> None:
     """A status file inside a tag folder is refused: DeepSpeed saves over that folder, and ``keep``
-    removes it whole, the status file along with it."""
+    removes it whole, the status file along with it. ``look=False``: from the paths alone (the same on
+    every rank, so safe before a collective), not whether the folder above the status file is a tag
+    folder on this host's disk (rank 0 checks that, and its error reaches every rank)."""
     parent = os.path.dirname(status_path)
     inside = folder is not None and (parent == folder or parent.startswith(folder + os.sep))
-    if inside or is_tag(parent):
+    if inside or (look and is_tag(parent)):
         where = folder if inside and folder is not None else parent
         raise TrainingStatusValueError(
             f"trainstatus.integrations.deepspeed cannot {action}: the status file {status_path} would lie inside "
@@ -103,21 +102,3 @@ def warn_unrecorded(names: list[str], root: str, status_path: str) -> None:
         path=status_path, category=CATEGORY,
     ))
 
-
-def sweep(root: str, listed: set[str], below: int) -> list[str]:
-    """Remove the tag folders of ``root`` named ``global_step<n>`` (DeepSpeed's default tag) with
-    ``n`` below ``below`` (the oldest step ``keep`` kept) that no entry lists (``listed``): those a
-    rotation dropped from the list and a kill stopped it from removing (the list is written first).
-    A tag of another name, or of a step at or above ``below``, is never touched. The names removed."""
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    removed = []
-    for name in sorted(names):
-        found = _STEP_TAG.fullmatch(name)
-        path = os.path.join(root, name)
-        if found and int(found.group(1)) < below and name not in listed and is_tag(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)  # what is left is swept at the next save
-            removed.append(name)
-    return removed

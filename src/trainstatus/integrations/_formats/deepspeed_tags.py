@@ -30,37 +30,39 @@ _MODULE_FILE = re.compile(r"mp_rank_(\d+)_model_states\.pt")
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """What a tag folder's file names say: the data-parallel ranks whose ZeRO shards it holds, the
-    model-parallel ranks, and whether the module itself is partitioned (ZeRO-3)."""
+    """What a tag folder's file names say: its ZeRO files as (kind, data-parallel rank,
+    model-parallel rank), kind ``optim`` or ``model`` (ZeRO-3 partitions the weights too), and the
+    model-parallel ranks whose ``mp_rank_<m>_model_states.pt`` is there."""
 
-    zero_ranks: frozenset[int]
-    model_ranks: frozenset[int]
-    stage3: bool
-    modules: bool  # an ``mp_rank_<m>_model_states.pt`` or a ZeRO-3 ``..._model_states.pt`` is there
+    zero_files: frozenset[tuple[str, int, int]]
+    modules: frozenset[int]
 
     @property
     def zero(self) -> bool:
-        return bool(self.zero_ranks)
+        return bool(self.zero_files)
+
+    @property
+    def stage3(self) -> bool:
+        return any(kind == "model" for kind, _, _ in self.zero_files)
+
+    @property
+    def has_module_states(self) -> bool:
+        return bool(self.modules) or self.stage3
 
 
 def shape(names: Iterable[str]) -> Shape:
     """The ``Shape`` of a tag folder whose files (base names) are ``names``."""
-    zero: set[int] = set()
-    model: set[int] = set()
-    stage3 = modules = False
+    zero: set[tuple[str, int, int]] = set()
+    modules: set[int] = set()
     for name in names:
         found = _RANK_FILE.fullmatch(name)
         if found:
-            zero.add(int(found.group(1)))
-            model.add(int(found.group(2)))
-            if found.group(3) == "model":
-                stage3 = modules = True
+            zero.add((found.group(3), int(found.group(1)), int(found.group(2))))
             continue
         found = _MODULE_FILE.fullmatch(name)
         if found:
-            model.add(int(found.group(1)))
-            modules = True
-    return Shape(frozenset(zero), frozenset(model), stage3, modules)
+            modules.add(int(found.group(1)))
+    return Shape(frozenset(zero), frozenset(modules))
 
 
 def is_tag(folder: str) -> bool:
@@ -71,21 +73,28 @@ def is_tag(folder: str) -> bool:
         return False
 
 
-def shards_problem(tag: str, names: Iterable[str], world: Any) -> str | None:
-    """Why the tag folder ``tag`` whose recorded files (base names) are ``names``, saved by
-    ``world`` ranks (None when not recorded), lacks a rank's files, or None: the module's states
-    are there, and every data-parallel rank's ZeRO shard is (as many as the ranks that saved it,
-    when no model parallelism splits them)."""
+def shards_problem(tag: str, names: Iterable[str]) -> str | None:
+    """Why the tag folder ``tag`` whose recorded files (base names) are ``names`` lacks files a
+    load needs, or None: module states are there; for each model-parallel rank, every
+    data-parallel rank from 0 up to the highest present has its ZeRO optimizer shard, under ZeRO-3
+    its weights' shard too, and below ZeRO-3 the module's ``mp_rank_<m>_model_states.pt`` is there.
+    The number of ranks is not compared with the world size that saved it: MiCS and ZeRO++'s hpZ
+    save the optimizer shards of one shard group only."""
     found = shape(names)
-    if not found.modules:
+    if not found.has_module_states:
         return f"{tag} has no *{MODEL_STATES} recorded: not a finished DeepSpeed save_checkpoint"
-    if found.zero:
-        missing = sorted(set(range(max(found.zero_ranks) + 1)) - found.zero_ranks)
-        if not missing and type(world) is int and found.model_ranks == {0} and len(found.zero_ranks) != world:
-            missing = list(range(len(found.zero_ranks), world))
-        if missing:
-            return (f"{tag} has no ZeRO shard of rank{'s' if len(missing) > 1 else ''} "
-                    f"{', '.join(map(str, missing))} recorded (zero_pp_rank_<rank>_*)")
+    for mp in sorted({m for _, _, m in found.zero_files}):
+        optim = {dp for kind, dp, m in found.zero_files if kind == "optim" and m == mp}
+        model = {dp for kind, dp, m in found.zero_files if kind == "model" and m == mp}
+        ranks = set(range(max(optim | model) + 1))
+        for kind, present in (("optim", optim), ("model", model)) if found.stage3 else (("optim", optim),):
+            missing = sorted(ranks - present)
+            if missing:
+                return (f"{tag} has no ZeRO {'optimizer' if kind == 'optim' else 'weights'} shard of rank"
+                        f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} recorded "
+                        f"(zero_pp_rank_<rank>_mp_rank_{mp:02d}_{kind}_states.pt)")
+        if not found.stage3 and mp not in found.modules:
+            return f"{tag} has no mp_rank_{mp:02d}{MODEL_STATES} recorded (the module's states)"
     return None
 
 
@@ -109,8 +118,7 @@ def whole(root: str) -> Callable[[dict[str, Any]], bool]:
     def check(entry: dict[str, Any]) -> bool:
         tag = entry["file_path"]
         files: Mapping[str, Any] = entry[FILES] if isinstance(entry.get(FILES), Mapping) else {}
-        why = shards_problem(tag, [name[len(tag) + 1:] for name in files if name.startswith(tag + os.sep)],
-                             entry.get("world_size"))
+        why = shards_problem(tag, [name[len(tag) + 1:] for name in files if name.startswith(tag + os.sep)])
         if why is not None:
             raise ValueError(why)
         for name in sorted(files):

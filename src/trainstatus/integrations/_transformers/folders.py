@@ -54,7 +54,7 @@ def whole(root: str) -> Callable[[dict[str, Any]], bool]:
             except ValueError as exc:
                 raise ValueError(f"{state} is not JSON ({exc})") from None
         for tag, names in sorted(tags_in(folder, files).items()):  # deepspeed=: every rank's ZeRO shard
-            why = shards_problem(os.path.join(folder, tag), names, entry.get("world_size"))
+            why = shards_problem(os.path.join(folder, tag), names)
             if why is not None:
                 raise ValueError(why)
         for name in files:
