@@ -58,6 +58,7 @@ from typing import Any
 
 import _forkserver
 from _forkserver import announce, say
+from _parts import Progress
 
 
 def ours(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -106,15 +107,6 @@ def run(options: dict[str, Any]) -> None:
         kwargs_handlers=[InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=options.get("timeout", 120)))],
     )
     set_seed(options.get("seed", 0), device_specific=True)
-
-    class Progress:
-        step = 0
-
-        def state_dict(self) -> dict[str, int]:
-            return {"step": self.step}
-
-        def load_state_dict(self, state: dict[str, int]) -> None:
-            self.step = state["step"]
 
     progress = Progress()
     model = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width),

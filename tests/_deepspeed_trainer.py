@@ -36,6 +36,7 @@ from typing import Any
 
 import _forkserver
 from _forkserver import announce, say
+from _parts import Progress, trainer_parts
 
 
 def ours(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -177,7 +178,8 @@ def trainer(options: dict[str, Any]) -> None:
     events ``theirs`` (with ``theirs``: what the Trainer's own ``resume_from_checkpoint=True`` would
     load, ``get_last_checkpoint``'s folder and DeepSpeed's ``latest`` in it, read as
     ``their_resume`` does), ``resumed`` (path, warnings) or ``error``, ``step`` and ``saved`` (step),
-    then ``done`` (step). ``die_in_write`` as for ``train`` (``"ours"``: the Trainer's save)."""
+    then ``done`` (step). ``die_in_write`` as for ``train`` (``"ours"``: the Trainer's save);
+    ``use_cpu`` (default true: on CPU under a launcher, without it every rank counts itself alone)."""
     import deepspeed
     import torch
     from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
@@ -193,24 +195,7 @@ def trainer(options: dict[str, Any]) -> None:
     rank = int(os.environ["RANK"])
     cut_shard(options, rank, {"ours": options["dir"], "theirs": ""})
 
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-
-        def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
-            return {"loss": torch.nn.functional.mse_loss(self.net(x), labels)}
-
-    class Data(torch.utils.data.Dataset):  # type: ignore[type-arg]
-        def __init__(self, n: int) -> None:
-            generator = torch.Generator().manual_seed(n)
-            self.x, self.y = torch.randn(n, 8, generator=generator), torch.randn(n, 1, generator=generator)
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> dict[str, Any]:
-            return {"x": self.x[i], "labels": self.y[i]}
+    Tiny, Data = trainer_parts(32)
 
     class Events(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -224,7 +209,8 @@ def trainer(options: dict[str, Any]) -> None:
     args = TrainingArguments(output_dir=options["dir"], max_steps=options["max_steps"], save_strategy="steps",
                              save_steps=2, per_device_train_batch_size=4, learning_rate=1e-2, logging_strategy="no",
                              lr_scheduler_type="constant", report_to="none", disable_tqdm=True, ddp_backend="gloo",
-                             deepspeed=config, ddp_timeout=options.get("timeout", 120))
+                             deepspeed=config, ddp_timeout=options.get("timeout", 120),
+                             use_cpu=options.get("use_cpu", True))  # without it each rank counts itself alone
     if options.get("theirs"):  # the Trainer's own resume: the highest checkpoint-<N>, then DeepSpeed's latest in it
         highest = get_last_checkpoint(options["dir"]) if os.path.isdir(options["dir"]) else None
         tag, ok, error = (None, None, None) if highest is None else their_resume(highest, rank, latest_needed=True)
@@ -241,7 +227,12 @@ def trainer(options: dict[str, Any]) -> None:
     run = Trainer(model=Tiny(), args=args, train_dataset=Data(256), callbacks=[TrainStatusCallback(), Events()])
     for quiet in (PrinterCallback, ProgressCallback):
         run.remove_callback(quiet)
-    run.train(resume_from_checkpoint=path)
+    try:
+        run.train(resume_from_checkpoint=path)
+    except TrainingStatusError as exc:
+        say(event="error", type=type(exc).__name__, message=str(exc))
+        say(event="done", step=None)
+        return
     say(event="done", step=run.state.global_step)
 
 
@@ -269,15 +260,6 @@ def accelerated(options: dict[str, Any]) -> None:
     accelerator = Accelerator(deepspeed_plugin=plugin, kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")],
                               project_config=ProjectConfiguration(project_dir=options["dir"],
                                                                   automatic_checkpoint_naming=True, total_limit=2))
-
-    class Progress:
-        step = 0
-
-        def state_dict(self) -> dict[str, int]:
-            return {"step": self.step}
-
-        def load_state_dict(self, state: dict[str, int]) -> None:
-            self.step = state["step"]
 
     progress = Progress()
     torch.manual_seed(0)

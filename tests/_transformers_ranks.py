@@ -47,6 +47,7 @@ import warnings
 from typing import Any
 
 from _forkserver import announce, say
+from _parts import trainer_parts
 
 RANK = int(os.environ.get("RANK", "0"))
 
@@ -109,25 +110,7 @@ def main() -> None:
     width = options.get("width", 32)
     every = options.get("every", 2)
 
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-                                           torch.nn.ReLU(), torch.nn.Linear(width, 1))
-
-        def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
-            return {"loss": torch.nn.functional.mse_loss(self.net(x), labels)}
-
-    class Data(torch.utils.data.Dataset):  # type: ignore[type-arg]
-        def __init__(self, n: int) -> None:
-            generator = torch.Generator().manual_seed(n)
-            self.x, self.y = torch.randn(n, 8, generator=generator), torch.randn(n, 1, generator=generator)
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> dict[str, Any]:
-            return {"x": self.x[i], "labels": self.y[i]}
+    Tiny, Data = trainer_parts(width)
 
     def arguments(output_dir: str, max_steps: int, limit: int | None) -> Any:
         return TrainingArguments(output_dir=output_dir, max_steps=max_steps, save_strategy="steps", save_steps=every,

@@ -41,6 +41,8 @@ import tempfile
 import warnings
 from typing import Any
 
+from _parts import trainer_parts
+
 
 def say(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
@@ -78,25 +80,7 @@ def main() -> None:
     every = options.get("every", 2)
     best = options.get("best", False)
 
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-                                           torch.nn.ReLU(), torch.nn.Linear(width, 1))
-
-        def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
-            return {"loss": torch.nn.functional.mse_loss(self.net(x), labels)}
-
-    class Data(torch.utils.data.Dataset):  # type: ignore[type-arg]
-        def __init__(self, n: int, sign: float = 1.0) -> None:
-            generator = torch.Generator().manual_seed(n)
-            self.x, self.y = torch.randn(n, 8, generator=generator), sign * torch.randn(n, 1, generator=generator)
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> dict[str, Any]:
-            return {"x": self.x[i], "labels": self.y[i]}
+    Tiny, Data = trainer_parts(width)
 
     def arguments(output_dir: str, max_steps: int, limit: int | None) -> Any:
         evaluate = {"eval_strategy": "steps", "eval_steps": every, "load_best_model_at_end": True,

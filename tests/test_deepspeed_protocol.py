@@ -488,3 +488,15 @@ def test_a_bad_keep_or_reward_is_refused_before_anything_is_unlisted_or_saved(tm
     with pytest.raises(error, match="Nothing was saved"):
         deepspeed.save_checkpoint(engine, tmp_path, tag="last", **options)
     assert len(engine.saves) == 1 and [e["file_path"] for e in listed(tmp_path)] == ["last"]
+
+
+def test_a_tag_rotated_out_and_saved_again_is_not_removed_by_the_rotation_s_record(tmp_path: Path) -> None:
+    # Tags of the user's names in a cycle, keep=2: "a" is rotated out when "c" is saved, then saved
+    # again; the names the rotation wrote down must not take the new "a" with them.
+    engine = FakeEngine()
+    for step, tag in enumerate(["a", "b", "c", "a", "b"], start=1):
+        engine.global_steps = step
+        deepspeed.save_checkpoint(engine, tmp_path, tag=tag, keep=2)
+    assert [(e["steps"], e["file_path"]) for e in listed(tmp_path)] == [(4, "a"), (5, "b")]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["a", "b"]
+    assert deepspeed.last_complete_checkpoint(tmp_path) == "b"

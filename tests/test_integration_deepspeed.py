@@ -23,6 +23,8 @@ import _launch
 import pytest
 from _launch import Run, Workers, free_port
 
+from trainstatus import StatusStore
+
 TRAINER = Path(__file__).resolve().parent / "_deepspeed_trainer.py"
 BOUND = 120.0  # seconds: every wait, and the children's collectives' timeout
 
@@ -101,7 +103,8 @@ def campaign(workers: Workers, tmp_path: Path, seed: int, *, stage: int, kills: 
     directory, theirs = tmp_path / "ckpt", tmp_path / "theirs"
     newest, resumes = 0, 0
     tally: collections.Counter[str] = collections.Counter()
-    dying = {rng.randrange(kills): "ours", rng.randrange(kills): "theirs"}
+    ours_at, theirs_at = rng.sample(range(kills), 2)
+    dying = {ours_at: "ours", theirs_at: "theirs"}
     for number in range(kills + 1):
         final = number == kills
         options: dict[str, Any] = {"dir": str(directory), "theirs": str(theirs), "stage": stage, "keep": 2,
@@ -173,7 +176,8 @@ def summary(stage: int, tally: dict[str, Any]) -> None:
 def test_zero_2_kills_at_seeded_moments_resume_from_the_newest_recorded_tag(workers: Workers, tmp_path: Path,
                                                                            seed: int) -> None:
     tally = campaign(workers, tmp_path, seed, stage=2, kills=10)
-    assert tally.get("died in theirs save") == 1 and tally["theirs failed"] >= 1, tally  # latest named a torn tag
+    assert tally.get("died in ours save") == tally.get("died in theirs save") == 1, tally
+    assert tally["theirs failed"] >= 1, tally  # DeepSpeed's latest named the tag rank 1 had left half written
     summary(2, tally)
 
 
@@ -249,6 +253,19 @@ def test_the_trainer_records_every_rank_s_zero_shards_and_refuses_another_world_
     expected |= ({f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt" for rank in (0, 1)} if stage == 3
                  else {"mp_rank_00_model_states.pt"})
     assert shards == expected
+    # Rank 0's optimizer shard left out of checkpoint-4's record (a status file edited, or written by
+    # another tool; rank 1's is there): the two ranks resume from checkpoint-2, told why, and save
+    # checkpoint-4 again.
+    with StatusStore(directory / "training_status.json") as store:
+        entries = store.get("transformers", "checkpoints")
+        entries[-1]["files"] = {name: size for name, size in entries[-1]["files"].items()
+                                if not name.endswith("zero_pp_rank_0_mp_rank_00_optim_states.pt")}
+        store.set("transformers", "checkpoints", entries)
+    passed_over = workers.start(role="trainer", dir=str(directory), stage=stage, max_steps=4)
+    passed_over.finished()
+    resumed = passed_over.each("resumed")
+    assert [e["path"] for e in resumed] == [str(directory / "checkpoint-2")] * 2
+    assert "checkpoint-4/global_step4 has no ZeRO optimizer shard of rank 0 recorded" in resumed[0]["warnings"][0]
     # One process: refused before the Trainer hands the folder to DeepSpeed, both numbers named.
     alone = workers.start(1, role="trainer", dir=str(directory), stage=stage, max_steps=6, port=free_port())
     alone.finished(failed=1)
@@ -339,3 +356,17 @@ def test_the_trainer_with_deepspeed_killed_at_seeded_moments_resumes_from_the_ne
           f"  the Trainer's own resume_from_checkpoint=True (get_last_checkpoint, then DeepSpeed's latest in it): "
           f"{tally['theirs failed']} of {tally['theirs tried']} would have failed")
     sys.stdout.flush()
+
+
+def test_a_trainer_whose_ranks_each_count_themselves_alone_is_refused_before_it_trains(
+        workers: Workers, tmp_path: Path) -> None:
+    # deepspeed= on CPU under a launcher without use_cpu=True: TrainingArguments counts 1 process on
+    # each of the 2 ranks, every rank saves as the main process into the same folders (seen: both
+    # removing the same model.safetensors, FileNotFoundError on one). Refused on every rank.
+    directory = tmp_path / "out"
+    run = workers.start(role="trainer", dir=str(directory), max_steps=2, use_cpu=False)
+    run.finished(failed=2)
+    messages = [e["message"] for e in run.events if e["event"] == "error"]
+    assert all("the Trainer counts 1 process(es) (TrainingArguments.world_size), but torch.distributed has 2 "
+               "ranks" in m and "use_cpu=True" in m for m in messages), messages
+    assert not (directory / "checkpoint-2").exists()

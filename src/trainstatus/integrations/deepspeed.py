@@ -148,7 +148,7 @@ def save_checkpoint(engine: Any, save_dir: PathLike, tag: Any = None, client_sta
             checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
             drop(checkpoints, lambda entry: later(entry, step) or _names(checkpoints, entry, folder))
             if keep is not None:
-                rotation.before_add(store, checkpoints, keep)
+                rotation.before_add(store, checkpoints, keep, name)
             entry = checkpoints._add(step, name, reward=reward, synced=synced, fields=entry_fields())
         finally:
             store.close()
@@ -199,7 +199,7 @@ def last_complete_checkpoint(save_dir: PathLike, *, status_path: PathLike | None
     ``engine.load_checkpoint(save_dir, tag=...)``.
 
     A tag counts when every file recorded in it is there with its recorded size, its module states
-    are there, every data-parallel rank's ZeRO shards are (as many as the ranks that saved it), and
+    are there, every data-parallel rank from 0 up to the highest recorded has its ZeRO shards, and
     each ``.pt`` file's zip directory is whole (no tensor is read). Newer recorded tags passed over
     are named, with the reason, in one ``TrainingStatusCheckpointWarning``, and dropped from the
     list (this run saves over them as it reaches their steps; their files stay on disk). A tag saved

@@ -45,7 +45,13 @@ from transformers import (
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .._checkpoints.checkpoint_list import CheckpointList
-from .._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusTypeError, warn
+from .._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusError,
+    TrainingStatusTypeError,
+    warn,
+)
 from .._store import StatusStore
 from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
@@ -153,7 +159,19 @@ class TrainStatusCallback(TrainerCallback):
         # None turns it off. A second train() finds None here and keeps the limit taken before.
         if args.save_total_limit is not None:
             self._taken, args.save_total_limit = args.save_total_limit, None
-        if _hosts.ranks() is None and not args.should_save:
+        me = _hosts.ranks()
+        if me is not None and int(args.world_size) != me.world_size:
+            # The same on every rank (each counts itself alone): raised before any collective.
+            raise TrainingStatusError(
+                f"TrainStatusCallback on rank {me.rank}: the Trainer counts {args.world_size} process(es) "
+                f"(TrainingArguments.world_size), but torch.distributed has {me.world_size} ranks. Every rank would "
+                "save as the main process, all into the same checkpoint folder (trainer_state.json, the model, "
+                "rng_state.pth), and a resume would load a mix. On CPU under torchrun pass use_cpu=True to "
+                "TrainingArguments (with deepspeed= too: Accelerate otherwise sees one process a rank); else launch "
+                "with accelerate launch or the deepspeed launcher. Nothing was trained.",
+                path=_status_path(os.path.abspath(_output_dir(args)), self.status_path),
+            )
+        if me is None and not args.should_save:
             return
         # Under a process group rank 0 alone reads and writes the list; every rank takes its best
         # checkpoint, and its error (a damaged status file) stops every rank, not rank 0 alone.

@@ -27,17 +27,18 @@ __all__ = ["REMOVING", "before_add"]
 REMOVING = "removing"
 
 
-def before_add(store: StatusStore, checkpoints: CheckpointList, keep: int) -> list[str]:
-    """Remove what an earlier rotation left (its names, still on disk, listed by no entry), then
-    write down the tags the coming ``add`` (one more entry, trimmed to ``keep``, oldest first) will
-    drop. Call it just before ``checkpoints._add``, with nothing naming the new tag listed (its
-    entry then cannot replace one in place). The names removed now."""
+def before_add(store: StatusStore, checkpoints: CheckpointList, keep: int, tag: str) -> list[str]:
+    """Remove what an earlier rotation left (its names, still on disk, listed by no entry, other
+    than ``tag``, the one about to be recorded: a tag rotated out and saved again since), then
+    write down the tags the coming ``add`` of ``tag`` (one more entry, trimmed to ``keep``, oldest
+    first) will drop. Call it just before ``checkpoints._add``, with nothing naming ``tag`` listed
+    (its entry then cannot replace one in place). The names removed now."""
     entries = store.get(CATEGORY, CHECKPOINTS) or []
     listed = {e["file_path"] for e in entries if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)}
     left = store.get(CATEGORY, REMOVING)
     removed = []
     for name in left if isinstance(left, list) else []:
-        if isinstance(name, str) and name not in listed and name == os.path.basename(name) and name:
+        if isinstance(name, str) and name and name != tag and name not in listed and name == os.path.basename(name):
             folder = checkpoints.resolve(name)
             if os.path.isdir(folder) and not os.path.islink(folder):
                 shutil.rmtree(folder, ignore_errors=True)  # what is left is removed at the next save
