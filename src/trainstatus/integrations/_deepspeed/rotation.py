@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from typing import Any
 
 from ..._checkpoints.checkpoint_list import CheckpointList
 from ..._checkpoints.files import CHECKPOINTS
