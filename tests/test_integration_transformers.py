@@ -282,7 +282,7 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
     kills = 20
     own = OwnResume()
     mid_save = resumes = 0
-    last_recorded = 0
+    last_recorded = listed_before = 0
     for kill in range(kills + 1):
         trainer = Trainer(torch_python, dir=str(directory), theirs=True, every=3, limit=2, width=1024, seed=kill,
                           max_steps=10**6 if kill < kills else last_recorded + 6)
@@ -305,15 +305,18 @@ def test_random_kills_resume_from_the_last_recorded_checkpoint(torch_python: Pat
         entries = recorded(directory)
         mid_save += bool(unrecorded_newer(directory, entries))
         found = [e["steps"] for e in entries]
-        # The list never names a folder that is gone, never goes back, and keeps save_total_limit=2
-        # (one more after a kill between a record and the drop that follows it in another write).
-        assert found == sorted(found) and len(found) <= 3
+        # The list never names a folder that is gone, never goes back, and keeps save_total_limit=2:
+        # one more after a kill between a record and the rotation that follows it in another write,
+        # on what the run started with (a run killed in that window again, right after its first
+        # record, holds one more than the kill before left: seen once, 4 after 3).
+        assert found == sorted(found) and len(found) <= max(listed_before, 2) + 1, (kill, found, listed_before)
+        listed_before = len(found)
         assert all((directory / e["file_path"]).is_dir() for e in entries)
         assert not found or found[-1] >= last_recorded
         last_recorded = found[-1] if found else 0
     # Training goes on after the last kill, to its end.
     assert trainer.finish()["done"]["step"] == last_recorded + 6
-    assert steps(directory)[-1] == last_recorded + 6
+    assert steps(directory) == [last_recorded + 3, last_recorded + 6]  # the rotation caught up: 2 again
     print(f"\nTransformers integration, {kills} SIGKILLs at random moments ({mid_save} inside a save, before its "
           "record):\n"
           f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed, "
