@@ -6,7 +6,7 @@ never let happen (tests/_deepspeed_trainer.py: the shared-memory op turned off, 
 ``TORCH_EXTENSIONS_DIR`` in the test's own folder). It gets an environment of its own,
 ``.venv-deepspeed/`` at the top of the checkout (ignored by git), built once per checkout as
 ``.venv-torch/`` is (tests/_torch_env.py) and rebuilt only when what it is made of changes, with
-the Trainer of Transformers and Accelerate beside it (their DeepSpeed paths). DeepSpeed is pinned
+the Trainer of Transformers, Accelerate and Lightning beside it (their DeepSpeed paths). DeepSpeed is pinned
 at the version whose behaviour on CPU was measured (FACTS.md: which ops compile, and when).
 
 The order matters, as for ``.venv-torch/``: ``torch==2.13.0`` alone first (the CPU build, which lies
@@ -23,7 +23,7 @@ import _venvs
 ROOT = _venvs.ROOT
 VENV = ROOT / ".venv-deepspeed"
 TORCH = "torch==2.13.0"
-PACKAGES = ["deepspeed==0.19.8", "transformers", "accelerate", "safetensors"]
+PACKAGES = ["deepspeed==0.19.8", "transformers", "accelerate", "safetensors", "lightning"]
 
 
 def python() -> Path:

@@ -19,6 +19,10 @@ rank's ``torch.save`` of its ZeRO shard at that step, into that folder, writes h
 leaves with ``os._exit``; the other rank goes on, as far as DeepSpeed lets it), ``port`` (one
 process alone: its process group's), ``timeout``.
 
+Other roles (``"role"``): ``trainer`` (the Transformers Trainer with ``deepspeed=``), ``accelerate``
+(Accelerate with a ``DeepSpeedPlugin``), ``lightning`` (Lightning's ``DeepSpeedStrategy``,
+tests/_deepspeed_lightning.py).
+
 Events (tests/_forkserver.py ``say``): ``pid``, ``theirs`` (tag, ok, error), ``resumed`` (tag, step,
 warnings), ``save-begin``/``save-end``/``recorded`` (step), ``error`` (a trainstatus error: type,
 message; ``done`` follows, with no step), ``done`` (step, digest).
@@ -35,6 +39,7 @@ import warnings
 from typing import Any
 
 import _forkserver
+from _deepspeed_lightning import lightning
 from _forkserver import announce, say
 from _parts import Progress, trainer_parts
 
@@ -182,11 +187,20 @@ def trainer(options: dict[str, Any]) -> None:
     ``use_cpu`` (default true: on CPU under a launcher, without it every rank counts itself alone)."""
     import deepspeed
     import torch
-    from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
+    from transformers import (
+        PrinterCallback,
+        ProgressCallback,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
     from transformers.trainer_utils import get_last_checkpoint
 
     from trainstatus import TrainingStatusError
-    from trainstatus.integrations.transformers import TrainStatusCallback, last_complete_checkpoint
+    from trainstatus.integrations.transformers import (
+        TrainStatusCallback,
+        last_complete_checkpoint,
+    )
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     torch.set_num_threads(1)
@@ -288,15 +302,17 @@ def accelerated(options: dict[str, Any]) -> None:
     say(event="done", step=progress.step)
 
 
-ROLES = {"trainer": trainer, "accelerate": accelerated}
+ROLES = {"trainer": trainer, "accelerate": accelerated, "lightning": lightning}
 
 
 def serve() -> None:
-    """The fork server (tests/_forkserver.py): torch and DeepSpeed imported once for every worker."""
+    """The fork server (tests/_forkserver.py): torch, DeepSpeed and Lightning imported once for every worker."""
     import deepspeed  # noqa: F401
+    import lightning.pytorch  # noqa: F401
     import torch
 
-    import trainstatus.integrations.deepspeed  # noqa: F401
+    import trainstatus.integrations.deepspeed
+    import trainstatus.integrations.lightning  # noqa: F401
 
     torch.set_num_threads(1)
     _forkserver.serve(lambda options: ROLES.get(options.get("role", ""), train)(options))

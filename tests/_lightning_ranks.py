@@ -32,8 +32,8 @@ monitor="step", mode="max", save_top_k=top_k, every_n_train_steps=every, save_la
   folders look like (the same path, other files).
 - ``callback``: False leaves ``TrainStatusCallback`` out; ``timeout``: the strategy's, in seconds.
 - ``refusals`` (cases): rank 0 alone, without a process group, builds a Trainer that
-  ``TrainStatusCallback`` must refuse at set-up for each case (``deepspeed``, ``own``: a strategy
-  overriding ``save_checkpoint``, ``no-plugin``) and prints ``refused`` (case, type, message).
+  ``TrainStatusCallback`` must refuse at set-up for each case (``deepspeed``: a ``DeepSpeedStrategy``
+  overriding ``save_checkpoint``, ``own``: any other strategy doing so, ``no-plugin``) and prints ``refused`` (case, type, message).
 
 Each worker prints one JSON object a line, flushed, with ``rank``: ``resumed`` (path, warnings),
 ``theirs`` (rank 0: path, ok, error), ``ready`` (the global step Lightning restored), both with
@@ -104,6 +104,10 @@ def refusals(cases: list[str]) -> None:
         def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
             pass
 
+    class OwnDeepSpeed(DeepSpeedStrategy):
+        def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+            pass
+
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -118,7 +122,7 @@ def refusals(cases: list[str]) -> None:
     for case in cases:
         try:
             if case == "deepspeed":  # not installed: Lightning's class, not built (that needs the package)
-                strategy = DeepSpeedStrategy.__new__(DeepSpeedStrategy)
+                strategy = OwnDeepSpeed.__new__(OwnDeepSpeed)
                 strategy.checkpoint_io = TrainStatusCheckpointIO()
                 TrainStatusCallback().setup(type("Trainer", (), {"strategy": strategy})(), Tiny(), "fit")
             else:

@@ -5,8 +5,13 @@ tests/test_integration_deepspeed.py (the deepspeed group)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
+import subprocess
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +25,10 @@ from trainstatus import (
     TrainingStatusCheckpointWarning,
     TrainingStatusTypeError,
     TrainingStatusValueError,
+    TrainingStatusWriteError,
 )
 from trainstatus.integrations import deepspeed
+from trainstatus.integrations._shared import choice as _choice
 from trainstatus.integrations._formats import deepspeed_tags as _tags
 
 SECONDS = 5.0  # every collective's timeout: a bug fails, never hangs
@@ -500,3 +507,63 @@ def test_a_tag_rotated_out_and_saved_again_is_not_removed_by_the_rotation_s_reco
     assert [(e["steps"], e["file_path"]) for e in listed(tmp_path)] == [(4, "a"), (5, "b")]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["a", "b"]
     assert deepspeed.last_complete_checkpoint(tmp_path) == "b"
+
+
+# -- read-only ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def immutable(*paths: Path) -> Iterator[None]:
+    """``paths`` marked immutable (``chattr +i``): refused to every writer, root included (EPERM),
+    as a read-only mount refuses (EROFS); the marks lifted after."""
+    subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
+
+
+needs_chattr = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("chattr") is None,
+    reason="marks a folder immutable: needs root and chattr (e2fsprogs)")
+
+
+@needs_chattr
+def test_a_read_only_folder_resumes_past_a_damaged_tag_leaving_the_list_as_it_is(tmp_path: Path) -> None:
+    # An evaluation job, a copy on a read-only mount: the newest tag is damaged. The resume passes
+    # over it by name and loads the one before; unlisting the damaged tag cannot be written here,
+    # which is said, and changes nothing (no run can save here either). It raised before.
+    engine = FakeEngine()
+    saved(engine, tmp_path, range(1, 4))
+    (tmp_path / "training_status.json.lock").unlink()  # a copy made elsewhere has no lock file
+    shard = tmp_path / "global_step3" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    shard.write_bytes(shard.read_bytes()[:100])
+    before = (tmp_path / deepspeed.STATUS_FILE).read_bytes()
+    with immutable(tmp_path, tmp_path / deepspeed.STATUS_FILE):
+        with pytest.warns(TrainingStatusCheckpointWarning) as caught:
+            path, _ = deepspeed.load_checkpoint(engine, tmp_path)
+    assert path == os.path.join(tmp_path, "global_step2") and engine.loads[-1][1] == "global_step2"
+    kept, passed = messages(caught.list)  # said as it happens: the unlisting, then what was returned
+    assert "global_step2 is the newest whole tag" in passed, passed
+    assert kept.startswith(f"{tmp_path / deepspeed.STATUS_FILE} cannot be written here, so global_step3 stays "
+                           "listed though passed over (each resume passes it over again): "), kept
+    assert "marked immutable" in kept and "a run that saves checkpoints here needs to write the status file" in kept
+    assert (tmp_path / deepspeed.STATUS_FILE).read_bytes() == before
+
+
+def test_a_status_file_that_fails_to_be_written_otherwise_is_raised(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full disk is not a read-only folder: a run would then save over a damaged tag still listed.
+    engine = FakeEngine()
+    saved(engine, tmp_path, range(1, 4))
+    shard = tmp_path / "global_step3" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    shard.write_bytes(shard.read_bytes()[:100])
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise TrainingStatusWriteError("No space left on device", errno=errno.ENOSPC)
+
+    monkeypatch.setattr(_choice, "drop", full)
+    with pytest.raises(TrainingStatusWriteError, match="No space left"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainingStatusCheckpointWarning)
+        deepspeed.last_complete_checkpoint(tmp_path)
+    assert [e["steps"] for e in listed(tmp_path)] == [1, 2, 3]

@@ -370,3 +370,83 @@ def test_a_trainer_whose_ranks_each_count_themselves_alone_is_refused_before_it_
     assert all("the Trainer counts 1 process(es) (TrainingArguments.world_size), but torch.distributed has 2 "
                "ranks" in m and "use_cpu=True" in m for m in messages), messages
     assert not (directory / "checkpoint-2").exists()
+
+
+# -- Lightning's DeepSpeedStrategy (a CPU subclass, in the tests only: tests/_deepspeed_lightning.py) --
+
+
+def lightning_folders(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".ckpt"))
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_lightning_deepspeed_saves_are_recorded_and_resumed_on_every_rank(workers: Workers, tmp_path: Path,
+                                                                          stage: int) -> None:
+    # Lightning's DeepSpeedStrategy saves past CheckpointIO (DeepSpeed's engine, every rank): each
+    # folder recorded with every rank's shard, the top-k folder ModelCheckpoint drops unlisted and
+    # removed, last.ckpt saved over in place and recorded again; the next run resumes every rank
+    # from last.ckpt.
+    directory = tmp_path / "ckpts"
+    workers.start(role="lightning", dir=str(directory), stage=stage, max_steps=6).finished()
+    entries = recorded(directory, "lightning")
+    assert [(e["steps"], e["file_path"]) for e in entries] == [
+        (4, "epoch=0-step=4.ckpt"), (6, "epoch=0-step=6.ckpt"), (6, "last.ckpt")], entries
+    assert lightning_folders(directory) == ["epoch=0-step=4.ckpt", "epoch=0-step=6.ckpt", "last.ckpt"]
+    shards = {2: {"zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                  "mp_rank_00_model_states.pt"},
+              3: {"zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                  "zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"}}[stage]
+    for entry in entries:
+        inside = {name[len(entry["file_path"]) + 1:] for name in entry["files"]}
+        assert {f"checkpoint/{name}" for name in shards} | {"latest"} <= inside, (entry["file_path"], inside)
+        assert entry["world_size"] == 2
+    resumed = workers.start(role="lightning", dir=str(directory), stage=stage, max_steps=8)
+    assert [e["step"] for e in resumed.finished()] == [8, 8]
+    assert [(e["path"], e["warnings"]) for e in resumed.each("resumed")] == [(str(directory / "last.ckpt"), [])] * 2
+    assert [e["step"] for e in resumed.each("ready")] == [6, 6]
+    assert recorded(directory, "lightning")[-1]["steps"] == 8
+
+
+def test_lightning_deepspeed_last_ckpt_torn_by_a_death_inside_its_save_is_never_loaded(
+        workers: Workers, tmp_path: Path) -> None:
+    # Rank 1 leaves just before writing its shard into last.ckpt at step 4, once rank 0 has written
+    # its own new files and latest: last.ckpt now holds rank 0's state of step 4 beside rank 1's of
+    # step 2, both whole, latest naming them. Lightning's own ckpt_path="last" loads that without a
+    # word, each rank from a different step; trainstatus unlisted last.ckpt before the save began and
+    # resumes both ranks from the step-4 folder recorded just before it.
+    directory = tmp_path / "ckpts"
+    run = workers.start(role="lightning", dir=str(directory), max_steps=10, leave_before_shard=4)
+    try:
+        assert run.event("dying", 1)["latest_written"] is True
+    finally:
+        ended(run)
+    assert [(e["steps"], e["file_path"]) for e in recorded(directory, "lightning")] == [
+        (2, "epoch=0-step=2.ckpt"), (4, "epoch=0-step=4.ckpt")]
+    theirs = workers.start(role="lightning", dir=str(directory), plain=True, max_steps=5,
+                           ckpt_path=str(directory / "last.ckpt"))
+    theirs.finished()
+    ready = theirs.each("ready")
+    assert [(e["step"], e["adam"]) for e in ready] == [(4, 4.0), (4, 2.0)], ready  # torn: two saves' shards
+    ours = workers.start(role="lightning", dir=str(directory), max_steps=6)
+    ours.finished()
+    assert [e["path"] for e in ours.each("resumed")] == [str(directory / "epoch=0-step=4.ckpt")] * 2
+    assert [(e["step"], e["adam"]) for e in ours.each("ready")] == [(4, 4.0), (4, 4.0)]
+    print("\nLightning DeepSpeedStrategy (ZeRO-2, 2 ranks), last.ckpt torn by rank 1's death inside its save: "
+          "Lightning's own ckpt_path='last' loaded it without a word (rank 0's optimizer at step 4, rank 1's at "
+          "step 2); trainstatus resumed both ranks from epoch=0-step=4.ckpt")
+    sys.stdout.flush()
+
+
+def test_lightning_deepspeed_checkpoint_of_two_ranks_resumed_by_one_is_refused_at_set_up(
+        workers: Workers, tmp_path: Path) -> None:
+    directory = tmp_path / "ckpts"
+    workers.start(role="lightning", dir=str(directory), max_steps=2).finished()
+    alone = workers.start(1, role="lightning", dir=str(directory), max_steps=4, port=free_port())
+    alone.finished(failed=1)
+    [error] = alone.all("error")
+    assert error["type"] == "TrainingStatusCheckpointError", error
+    assert error["message"].startswith(
+        f"Cannot resume from {directory / 'last.ckpt'}: it was saved by 2 ranks with DeepSpeed and this run has 1, "
+        "and ZeRO partitions the optimizer's state across the ranks that saved it"), error
+    assert "ds_to_universal" in error["message"], error
+    assert recorded(directory, "lightning")[-1]["steps"] == 2  # nothing trained, nothing saved

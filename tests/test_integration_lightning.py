@@ -595,8 +595,8 @@ def test_checkpoints_of_every_shape_nothing_recorded_are_named(torch_python: Pat
     assert path is None
     assert warning == (
         f"last.ckpt in {folder} is a DeepSpeed checkpoint (saved by DeepSpeedStrategy, past TrainStatusCheckpointIO) "
-        f"that {status} has never recorded: trainstatus does not record DeepSpeed's yet, and last_complete_checkpoint() "
-        "does not return it. Resume with Lightning's own ckpt_path. "
+        f"that {status} has never recorded, so last_complete_checkpoint() does not return it. Add TrainStatusCallback() "
+        "to the Trainer's callbacks beside the plugin: it records DeepSpeedStrategy's saves. "
         f"epoch=0-step=4.ckpt in {folder} is a checkpoint that {status} has never recorded (saved without "
         "TrainStatusCheckpointIO as the strategy's checkpoint_io, or under another status_path, or a first save cut "
         "short before its record), so last_complete_checkpoint() does not return it. Give the Trainer "

@@ -215,12 +215,10 @@ def test_a_sharded_save_is_recorded_only_once_the_slow_rank_has_written(fresh: W
 
 
 REFUSED = [
-    ("deepspeed", "TrainStatusCallback cannot record the checkpoints of DeepSpeedStrategy: DeepSpeed's engine saves "
-                  "each rank's files into the checkpoint folder itself, past CheckpointIO, and nothing in that folder "
-                  "says when it is whole (no torch.distributed.checkpoint .metadata), so trainstatus would record "
-                  "nothing, or a folder a kill cut short. Train with FSDPStrategy(state_dict_type='sharded') or "
-                  "ModelParallelStrategy, whose sharded saves are recorded, or leave TrainStatusCallback and "
-                  "TrainStatusCheckpointIO out."),
+    ("deepspeed", "TrainStatusCallback does not know how OwnDeepSpeed saves: it overrides "
+                  "DeepSpeedStrategy.save_checkpoint, whose saves (DeepSpeed's engine, every rank, a tag folder named "
+                  "'checkpoint') are the ones trainstatus records. Keep DeepSpeedStrategy's save_checkpoint, or leave "
+                  "TrainStatusCallback and TrainStatusCheckpointIO out. Nothing was recorded."),
     ("own", "TrainStatusCallback does not know how Own saves: its class overrides save_checkpoint, and it is not one "
             "of Lightning's strategies whose saves trainstatus records. Say how: TrainStatusCallback(sharded=True) if "
             "every rank saves a torch.distributed.checkpoint folder at the path it is given (as FSDPStrategy("
@@ -232,8 +230,9 @@ REFUSED = [
 ]
 
 def test_strategies_whose_saves_cannot_be_recorded_are_refused_at_set_up(fresh: Workers, tmp_path: Path) -> None:
-    # DeepSpeed (its class: the package is not installed), a strategy of the user's that overrides
-    # save_checkpoint, and the callback without the plugin: each refused loudly at set-up, before
+    # A DeepSpeedStrategy whose save_checkpoint is the user's (its class: the package is not
+    # installed here; Lightning's own is recorded, tests/test_integration_deepspeed.py), a strategy of
+    # the user's that overrides save_checkpoint, and the callback without the plugin: each refused loudly at set-up, before
     # any training, never a run that records nothing.
     run = fresh.start(dir=str(tmp_path / "ckpts"), refusals=[case for case, _ in REFUSED])
     run.exits()

@@ -13,9 +13,10 @@ newest ``last*.ckpt`` holds. Here:
   ``trainer.fit(ckpt_path=...)``; it reads the status file and each candidate's metadata, never its
   data.
 - ``TrainStatusCallback`` is a ``Callback`` for several processes and sharded strategies: at
-  set-up it checks the strategy, records the sharded saves that FSDP and ModelParallel make past
-  ``CheckpointIO`` (once every rank's files are durable), refuses what cannot be recorded
-  (DeepSpeed), and checks that every rank resumes from the same checkpoint.
+  set-up it checks the strategy, records the sharded saves that FSDP, ModelParallel and DeepSpeed
+  make past ``CheckpointIO`` (once every rank's files are durable), refuses what cannot be
+  recorded, and checks that every rank resumes from the same checkpoint (and, under DeepSpeed,
+  that it was saved by as many ranks).
 
 Usage (two lines differ from Lightning's own recipe)::
 
@@ -217,9 +218,16 @@ class TrainStatusCallback(pl.Callback):
       the new folder is recorded (every file with its size, under ``lightning/checkpoints`` like the
       files) only once every rank's save returned and every rank's files are durable
       (``torch.distributed`` collectives; rank 0 writes the status file, once).
-    - ``DeepSpeedStrategy`` is refused with a ``TrainingStatusTypeError``: its engine saves files
-      whose completeness nothing records. A strategy of your own that overrides ``save_checkpoint``
-      is refused too, unless ``sharded`` says how it saves: ``True`` if every rank saves a
+    - ``DeepSpeedStrategy`` saves each checkpoint as a folder too (DeepSpeed's engine on every rank:
+      each rank's ZeRO shard under ``<name>.ckpt/checkpoint/``, the module's states, ``latest``):
+      the same wrapping, the folder recorded once DeepSpeed's save has returned on every rank and
+      its files are durable, and only if every rank's shard, the module's states and ``latest`` are
+      there. At set-up, a resume from a DeepSpeed checkpoint saved by another number of ranks is
+      refused (``TrainingStatusCheckpointError`` naming both numbers and DeepSpeed's universal
+      checkpoint): DeepSpeed would raise partway through the load. A subclass that overrides
+      ``DeepSpeedStrategy.save_checkpoint`` is refused.
+    - A strategy of your own that overrides ``save_checkpoint``
+      is refused, unless ``sharded`` says how it saves: ``True`` if every rank saves a
       ``torch.distributed.checkpoint`` folder at the path it is given, ``False`` if it saves one
       file through its ``checkpoint_io``. (Lightning's own strategies are known: ``sharded`` is
       not read for them.)
@@ -257,12 +265,15 @@ class TrainStatusCallback(pl.Callback):
             )
         how = _strategies.how_it_saves(strategy, self.sharded)
         timeout = _strategies.timeout_of(strategy)
-        if how == _strategies.SHARDED and self._undo is None:
-            self._undo = _strategies.record_sharded_saves(strategy, plugin, timeout)
+        if how in (_strategies.SHARDED, _strategies.DEEPSPEED) and self._undo is None:
+            self._undo = _strategies.record_sharded_saves(strategy, plugin, timeout, how)
         if stage == "fit":
             # This fit's answer, taken: a later fit without a new call has nothing to check.
-            _strategies.agree(_RESUMED.pop("last", None), lambda given, shown: _decide(given, timeout, shown)[0],
-                              timeout)
+            resumed, entry = _RESUMED.pop("last", None), _ENTRIES.pop("last", None)
+            _strategies.agree(resumed, lambda given, shown: _decide(given, timeout, shown)[0], timeout)
+            if how == _strategies.DEEPSPEED:
+                _strategies.refuse_reshard(entry, _SHOWN.pop("last", None), None if resumed is None
+                                           else resumed.status_path, trainer.world_size, timeout)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # After every ModelCheckpoint's setup (Lightning runs theirs last), which resolves a dirpath
@@ -297,6 +308,9 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
       not its data);
     - a sharded checkpoint (a folder, saved by FSDP or ModelParallel) has ``.metadata`` recorded,
       every chunk it names inside a recorded file, and its ``meta.pt`` passes the check above.
+    - a DeepSpeed checkpoint (a folder, saved by ``DeepSpeedStrategy``) has ``latest`` recorded,
+      naming a tag folder whose recorded files hold every rank's ZeRO shard and the module's
+      states, and each of its ``.pt`` files passes the zip check above.
 
     Not caught: bytes changed inside a member's data with the size kept (a bit flipped on the disk,
     or a program writing into the file, after the save); ``torch.load`` does not check the zip's
@@ -316,23 +330,37 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     Checkpoints in ``dirpath`` that the list has never recorded are named in a
     ``TrainingStatusCheckpointWarning``, with what records them, and not returned: a sharded save
     (a sharded strategy without ``TrainStatusCallback``, which saves past the plugin), a DeepSpeed
-    save, and, when the list is empty, ``.ckpt`` files (saved without the plugin). A checkpoint
+    save (the same), and, when the list is empty, ``.ckpt`` files (saved without the plugin). A checkpoint
     given in place of ``dirpath``, or a remote ``dirpath``, raises ``TrainingStatusValueError``.
     """
     folder = resume_folder(dirpath)
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
     given = _strategies.Resumed(folder, path, None, _hosts.ranks() is not None)
-    name, shown = _decide(given, timeout, os.fspath(dirpath))
+    entry, shown = _decide_entry(given, timeout, os.fspath(dirpath))
+    name = None if entry is None else entry["file_path"]
     _RESUMED["last"] = given._replace(name=name)
+    _ENTRIES["last"], _SHOWN["last"] = entry, shown
     return None if name is None else os.path.join(shown, name)
 
 
-_RESUMED: dict[str, _strategies.Resumed] = {}  # this process's last answer, for TrainStatusCallback.setup
+# This process's last answer, for TrainStatusCallback.setup: the answer the ranks compare, the
+# entry it came from (kept here, not in the answer the ranks gather: its files may be many), and
+# the folder as the user gave it.
+_RESUMED: dict[str, _strategies.Resumed] = {}
+_ENTRIES: dict[str, dict[str, Any] | None] = {}
+_SHOWN: dict[str, str] = {}
 
 
 def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:
     """The name of the checkpoint to resume from in ``given.folder`` (``_resuming.decide``: rank 0
     reads), and the folder as it is shown."""
+    entry, shown = _decide_entry(given, timeout, shown)
+    return (None if entry is None else entry["file_path"]), shown
+
+
+def _decide_entry(given: _strategies.Resumed, timeout: float | None,
+                  shown: str | None = None) -> tuple[dict[str, Any] | None, str]:
+    """``_decide``, with the chosen entry itself."""
     shown = given.folder if shown is None else shown
     folder, path = given.folder, given.status_path or _status_path(given.folder, None)
 
@@ -347,9 +375,9 @@ def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None
             warn(TrainingStatusCheckpointWarning(said, path=path, category=CATEGORY))
         return entry
 
-    entry = _resuming.decide(choose, _resuming.entry_files, folder,
-                               what=f"the newest complete checkpoint of {shown}", timeout=timeout)
-    return (None if entry is None else entry["file_path"]), shown
+    entry: dict[str, Any] | None = _resuming.decide(choose, _resuming.entry_files, folder,
+                                                    what=f"the newest complete checkpoint of {shown}", timeout=timeout)
+    return entry, shown
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ from typing import Any
 from ..._checkpoints.files import FILES
 from ..._errors import TrainingStatusError, TrainingStatusValueError
 from .._formats import dcp_metadata as _dcp_folders
+from .._formats import deepspeed_tags as _deepspeed_tags
 from .._formats import torch_zip as _torch_zip
 
-__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "local", "score", "status_path", "whole"]
+__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "deepspeed_problem", "local", "score", "status_path", "whole"]
 
 STATUS_FILE = "training_status.json"
 """The status file's name in the checkpoint's folder when no ``status_path`` is given."""
@@ -23,6 +24,8 @@ CATEGORY = "lightning"
 """The category of the status file the checkpoints are listed under (``lightning/checkpoints``)."""
 
 LIGHTNING_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME: a sharded save's trainer state
+
+LATEST = "latest"  # DeepSpeed's file naming the tag; DeepSpeedStrategy.load_checkpoint reads it
 
 
 def status_path(folder: str, given: str | None) -> str:
@@ -67,6 +70,8 @@ def whole(folder: str) -> Callable[[dict[str, Any]], bool]:
     - A sharded strategy's ``.ckpt`` folder (FSDP, ModelParallel: a DCP folder): ``_dcp_folders``'
       check (``.metadata`` recorded, every chunk it names inside a recorded file), then Lightning's
       ``meta.pt`` as a file above, when it was recorded.
+    - ``DeepSpeedStrategy``'s ``.ckpt`` folder: ``_deepspeed_names`` (every rank's shard and the
+      module's states recorded, ``latest`` recorded and naming that tag), each ``.pt`` zip directory.
     """
     dcp = _dcp_folders.whole(folder)
 
@@ -76,6 +81,16 @@ def whole(folder: str) -> Callable[[dict[str, Any]], bool]:
         if os.path.islink(path):
             raise ValueError(f"{name} is now a link Lightning made (save_last='link'), not the file saved")
         files: Mapping[str, Any] = entry[FILES] if isinstance(entry.get(FILES), Mapping) else {}
+        tags = _deepspeed_tags.tags_in(name, files)
+        if tags:
+            why = _deepspeed_names(name, tags, LATEST in (f[len(name) + 1:] for f in files), path)
+            if why is not None:
+                raise ValueError(why)
+            for inside in sorted(f for f in files if f.endswith(".pt")):
+                why = _torch_zip.problem(os.path.join(folder, inside))
+                if why is not None:
+                    raise ValueError(f"{inside} is not a whole torch file: {why}")
+            return True
         if os.path.join(name, _dcp_folders.METADATA) in files:  # a folder: the zip files in it are checked below
             dcp(entry)
             if os.path.join(name, LIGHTNING_META) not in files:
@@ -90,6 +105,38 @@ def whole(folder: str) -> Callable[[dict[str, Any]], bool]:
         return True
 
     return check
+
+
+def deepspeed_problem(target: str) -> str | None:
+    """Why the folder ``target`` that ``DeepSpeedStrategy`` just saved into (every rank's save has
+    returned) is not a whole DeepSpeed checkpoint, by its file names, or None."""
+    try:
+        tags = {tag: os.listdir(os.path.join(target, tag)) for tag in os.listdir(target)
+                if os.path.isdir(os.path.join(target, tag))}
+    except OSError as exc:
+        return f"its folder {target} cannot be listed ({exc.strerror or exc})"
+    tags = {tag: names for tag, names in tags.items()
+            if any(n.endswith(_deepspeed_tags.MODEL_STATES) for n in names)}
+    if not tags:
+        return f"{target} holds no DeepSpeed tag folder (no *{_deepspeed_tags.MODEL_STATES} in a folder inside it)"
+    return _deepspeed_names(os.path.basename(target), tags, os.path.isfile(os.path.join(target, LATEST)), target)
+
+
+def _deepspeed_names(name: str, tags: Mapping[str, list[str]], has_latest: bool, path: str) -> str | None:
+    """Why the DeepSpeed checkpoint folder ``name`` (at ``path``), whose tag folders hold ``tags``
+    (base names), cannot be loaded by ``DeepSpeedStrategy.load_checkpoint``, or None: the tag
+    ``latest`` names must hold every rank's shard and the module's states."""
+    if not has_latest:
+        return f"{name} has no {LATEST} file (DeepSpeedStrategy's load reads the tag from it)"
+    try:
+        with open(os.path.join(path, LATEST), encoding="utf-8", errors="replace") as f:
+            tag = f.read(256).strip()
+    except OSError as exc:
+        return f"{name}/{LATEST} cannot be read ({exc.strerror or exc})"
+    if tag not in tags:
+        return (f"{name}/{LATEST} names {tag!r}, which is not a DeepSpeed tag folder in it "
+                f"({', '.join(sorted(tags))} {'is' if len(tags) == 1 else 'are'})")
+    return _deepspeed_tags.shards_problem(os.path.join(name, tag), tags[tag])
 
 
 def resume_folder(dirpath: str | os.PathLike[str]) -> str:
@@ -139,8 +186,9 @@ def unrecorded(folder: str, status_path: str, entries: list[Any]) -> str | None:
     - sharded saves (``torch.distributed.checkpoint`` folders: FSDP sharded, ModelParallel), when
       the list has never recorded one (one not listed beside recorded ones is a save a kill cut
       short, or one saved over);
-    - DeepSpeed's (a folder holding ``latest`` or a ``checkpoint/`` of ``*_model_states.pt``):
-      ``DeepSpeedStrategy`` saves past the plugin, and nothing records them yet;
+    - DeepSpeed's (a folder holding ``latest`` or a ``checkpoint/`` of ``*_model_states.pt``),
+      when the list has never recorded one: ``DeepSpeedStrategy`` saves past the plugin, and
+      ``TrainStatusCallback`` records them;
     - ``.ckpt`` files, when the list records nothing: saved without ``TrainStatusCheckpointIO`` as
       the strategy's ``checkpoint_io`` (or a first save a kill cut short before its record).
     """
@@ -167,12 +215,12 @@ def unrecorded(folder: str, status_path: str, entries: list[Any]) -> str | None:
             f"records {them(sharded)}, and last_complete_checkpoint() does not return {them(sharded)}. Add "
             "TrainStatusCallback() to the Trainer's callbacks beside the plugin: it records sharded saves.")
     deepspeed = [name for name in names if _deepspeed(os.path.join(folder, name))]
-    if deepspeed:
+    if deepspeed and not any(str(f).endswith(_deepspeed_tags.MODEL_STATES) for e in listed for f in e[FILES]):
         said.append(
             f"{these(deepspeed, 'is a DeepSpeed checkpoint', 'are DeepSpeed checkpoints')} (saved by "
-            f"DeepSpeedStrategy, past TrainStatusCheckpointIO) that {status_path} has never recorded: trainstatus "
-            f"does not record DeepSpeed's yet, and last_complete_checkpoint() does not return {them(deepspeed)}. "
-            "Resume with Lightning's own ckpt_path.")
+            f"DeepSpeedStrategy, past TrainStatusCheckpointIO) that {status_path} has never recorded, so "
+            f"last_complete_checkpoint() does not return {them(deepspeed)}. Add TrainStatusCallback() to the "
+            "Trainer's callbacks beside the plugin: it records DeepSpeedStrategy's saves.")
     files = [name for name in names if name.endswith(".ckpt") and os.path.isfile(os.path.join(folder, name))]
     if files and not listed:
         said.append(

@@ -15,8 +15,14 @@ then ``strategy.barrier()``.
   with ``torch.save``. ``CheckpointIO`` is not called. A folder saved again (``last.ckpt``) is
   written over in place, file by file. With ``state_dict_type="full"`` or
   ``save_distributed_checkpoint=False`` they save one file through ``CheckpointIO`` instead.
-- ``DeepSpeedStrategy``: DeepSpeed's engine saves (each rank its own files under
-  ``filepath/checkpoint/``, and a ``latest`` file); no ``.metadata`` says when that folder is whole.
+- ``DeepSpeedStrategy``: ``filepath`` becomes a folder; every rank calls DeepSpeed's
+  ``engine.save_checkpoint(filepath, tag="checkpoint")``: each rank ``torch.save``s its ZeRO shard
+  into ``filepath/checkpoint/``, data-parallel rank 0 the module's states, then rank 0 writes
+  ``filepath/latest`` (naming ``checkpoint``) and copies DeepSpeed's ``zero_to_fp32.py``; the call
+  ends with DeepSpeed's own barrier. ``CheckpointIO`` is not called. ``last.ckpt`` is saved over in
+  place. Its load (``DeepSpeedStrategy.load_checkpoint``) reads ``latest`` for the tag. Nothing in
+  the folder says when it is whole: that is read from the file names (``_formats.deepspeed_tags``:
+  every rank's shard, the module's states) once every rank's save has returned.
 
 Removing an old top-k checkpoint goes through ``checkpoint_io.remove_checkpoint`` on rank 0 for
 every strategy, folders included: the plugin drops the entry first, then the folder goes.
@@ -39,35 +45,39 @@ from ..._errors import (
     TrainingStatusCheckpointWarning,
     TrainingStatusTypeError,
 )
+from .._formats import deepspeed_tags
+from .._formats.dcp_metadata import METADATA
 from .._ranks.collectives import from_rank_0, gather, group
 from .._ranks.hosts import ranks
 from .._ranks.resuming import decide
 from .._ranks.saving import entry_fields, record
 from .._shared.upkeep import drop
-from .._formats.dcp_metadata import METADATA
-from .common import local, score, status_path
+from .common import deepspeed_problem, local, score, status_path
 
-__all__ = ["IO", "SHARDED", "Resumed", "agree", "how_it_saves", "record_sharded_saves", "timeout_of"]
+__all__ = ["DEEPSPEED", "IO", "SHARDED", "Resumed", "agree", "how_it_saves", "record_sharded_saves",
+           "refuse_reshard", "timeout_of"]
 
 IO = "CheckpointIO"
 SHARDED = "sharded"
+DEEPSPEED = "deepspeed"
 
 _MODEL_PARALLEL: Any = getattr(pl_strategies, "ModelParallelStrategy", None)  # Lightning >= 2.4
 
 
 def how_it_saves(strategy: Strategy, sharded: bool | None) -> str:
-    """``IO`` or ``SHARDED`` (module docstring), or a ``TrainingStatusTypeError`` for a strategy
+    """``IO``, ``SHARDED`` or ``DEEPSPEED`` (module docstring), or a ``TrainingStatusTypeError`` for a strategy
     whose saves cannot be recorded. ``sharded``: the user's answer for a strategy whose class
     overrides ``save_checkpoint`` and is none of Lightning's (Lightning's own are known, whatever
     ``sharded`` says)."""
     kind = type(strategy).__name__
     if isinstance(strategy, DeepSpeedStrategy):
+        if type(strategy).save_checkpoint is DeepSpeedStrategy.save_checkpoint:
+            return DEEPSPEED
         raise TrainingStatusTypeError(
-            f"TrainStatusCallback cannot record the checkpoints of {kind}: DeepSpeed's engine saves each rank's "
-            "files into the checkpoint folder itself, past CheckpointIO, and nothing in that folder says when it "
-            "is whole (no torch.distributed.checkpoint .metadata), so trainstatus would record nothing, or a "
-            "folder a kill cut short. Train with FSDPStrategy(state_dict_type='sharded') or ModelParallelStrategy, "
-            "whose sharded saves are recorded, or leave TrainStatusCallback and TrainStatusCheckpointIO out."
+            f"TrainStatusCallback does not know how {kind} saves: it overrides DeepSpeedStrategy.save_checkpoint, "
+            "whose saves (DeepSpeed's engine, every rank, a tag folder named 'checkpoint') are the ones trainstatus "
+            "records. Keep DeepSpeedStrategy's save_checkpoint, or leave TrainStatusCallback and "
+            "TrainStatusCheckpointIO out. Nothing was recorded."
         )
     saver = type(strategy).save_checkpoint
     if saver in (Strategy.save_checkpoint, XLAStrategy.save_checkpoint):
@@ -94,9 +104,11 @@ def timeout_of(strategy: Strategy) -> float | None:
     return float(seconds()) if callable(seconds) else None
 
 
-def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None) -> Callable[[], None]:
-    """Wrap ``strategy.save_checkpoint`` (on this instance) so that each sharded save is recorded
-    once every rank's files are durable; return what unwraps it.
+def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None,
+                         how: str = SHARDED) -> Callable[[], None]:
+    """Wrap ``strategy.save_checkpoint`` (on this instance) so that each sharded save (``how``:
+    ``SHARDED`` or ``DEEPSPEED``) is recorded once every rank's files are durable; return what
+    unwraps it.
 
     ``plugin`` is the strategy's ``TrainStatusCheckpointIO``: its lists and ``status_path``. Every
     rank runs the wrapper, as Lightning calls the save on every rank:
@@ -104,10 +116,12 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None)
     1. A folder about to be saved over (``last.ckpt``) is first dropped from the list, by rank 0,
        and no rank begins the save before that write (``_ranks.resuming.decide``): a folder half
        written over is never found listed (same-size shards would pass a size check).
-    2. The strategy saves (``dcp.save`` on every rank, then ``meta.pt`` on rank 0).
+    2. The strategy saves (``dcp.save`` on every rank, then ``meta.pt`` on rank 0; or DeepSpeed's
+       engine on every rank).
     3. ``_ranks.saving.record``: every rank waits for every rank's save to have returned, one rank
        per host fsyncs the files, and rank 0 records the folder (every file with its size) once it sees every
-       rank's files, only if ``.metadata`` is there.
+       rank's files, only if the folder is whole by its names: ``.metadata`` is there (DCP), or
+       every rank's ZeRO shard, the module's states and ``latest`` (DeepSpeed).
     """
     original = strategy.save_checkpoint
 
@@ -123,7 +137,15 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None)
         original(checkpoint, filepath, storage_options=storage_options)
 
         def write(synced: bool) -> dict[str, Any]:
-            if not os.path.isfile(os.path.join(target, METADATA)):
+            if how == DEEPSPEED:
+                why = deepspeed_problem(target)
+                if why is not None:
+                    raise TrainingStatusCheckpointError(
+                        f"Cannot record {what}: DeepSpeed's save returned on every rank, but {why}. Nothing was "
+                        "recorded; the checkpoints recorded before stay the ones a resume finds.",
+                        path=status_path(folder, plugin.status_path), file_path=name,
+                    )
+            elif not os.path.isfile(os.path.join(target, METADATA)):
                 raise TrainingStatusCheckpointError(
                     f"Cannot record {what}: {type(strategy).__name__} saved it past CheckpointIO, and it is not a "
                     f"torch.distributed.checkpoint folder ({METADATA}, which DCP writes last, is not in it), so "
@@ -147,6 +169,31 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None)
 
 def _unlist(checkpoints: Any, target: str) -> None:
     drop(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) == target)
+
+
+def refuse_reshard(entry: dict[str, Any] | None, shown: str | None, status: str | None, world: int,
+                   timeout: float | None) -> None:
+    """Refuse, at set-up, before DeepSpeed loads it, a resume from a DeepSpeed checkpoint (the
+    recorded ``entry``, shown as the folder ``shown``) saved by another number of ranks than
+    ``world`` (``deepspeed_tags.refusal``): DeepSpeed raises ``ZeRORuntimeException`` partway
+    through the load. Under a process group rank 0 decides from its own answer (``agree`` has
+    checked every rank got the same) and every rank raises alike."""
+
+    def check() -> None:
+        if entry is None or shown is None:
+            return
+        checkpoint = os.path.join(shown, entry["file_path"])
+        why = deepspeed_tags.refusal(entry, checkpoint, world)
+        if why is not None:
+            raise TrainingStatusCheckpointError(f"Cannot resume from {checkpoint}: {why}. Nothing was loaded.",
+                                                path=status, file_path=entry["file_path"])
+
+    me = ranks()
+    if me is None:
+        check()
+        return
+    doing = "checking the resume's world size"
+    from_rank_0(check, me, group(timeout, doing), doing)
 
 
 class Resumed(NamedTuple):

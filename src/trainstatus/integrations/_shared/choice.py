@@ -4,6 +4,7 @@ warning, in a training library user's words, about the newer ones it passed over
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from ..._storage import history as _history
 from ..._checkpoints.checkpoint_list import CheckpointList
 from ..._checkpoints.usable import newest_usable
-from ..._errors import TrainingStatusCheckpointWarning, warn
+from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusWriteError, warn
 from ..._store import StatusStore
 from .upkeep import drop
 
@@ -51,12 +52,34 @@ def choose_unlisting(checkpoints: CheckpointList,
                      check: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
     """``choose``, and the newer entries passed over dropped from the list in one write (their
     files stay): a run saves over their folders as it reaches their steps, and a folder half saved
-    over must never be found listed (same-size shards pass the size check)."""
+    over must never be found listed (same-size shards pass the size check).
+
+    A status file that cannot be written here (a read-only mount, a folder of someone else's, one
+    marked immutable: ``EROFS``, ``EACCES``, ``EPERM``) leaves them listed, with a warning, and the
+    resume goes on: a run cannot save there either (its first record, and a save over a listed
+    folder, which unlists it first, fail loudly), and each resume passes them over again. Any other
+    failure of the write (a full disk, an I/O error) is raised: a run that could write its
+    checkpoints would then find them listed while it saves over them."""
     entry, skipped = choose(checkpoints, check)
     if skipped:
         newest = -1 if entry is None else entry["steps"]
-        drop(checkpoints, lambda e: later(e, newest))
+        try:
+            drop(checkpoints, lambda e: later(e, newest))
+        except TrainingStatusWriteError as exc:
+            if exc.errno not in _READ_ONLY:
+                raise
+            names = sorted({str(e["file_path"]) for e in checkpoints.entries()
+                            if isinstance(e, Mapping) and later(e, newest) and "file_path" in e})
+            warn(TrainingStatusCheckpointWarning(
+                f"{checkpoints.store.path} cannot be written here, so {', '.join(names)} "
+                f"{'stays' if len(names) == 1 else 'stay'} listed though passed over (each resume passes "
+                f"{'it' if len(names) == 1 else 'them'} over again): {exc} Resuming read-only is fine; a run "
+                "that saves checkpoints here needs to write the status file (its first save fails otherwise).",
+                path=checkpoints.store.path, category=checkpoints.category))
     return entry, skipped
+
+
+_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # the status file's write refused, not failed
 
 
 def pick(status_path: str, category: str, root: str, check: Callable[[dict[str, Any]], bool],
