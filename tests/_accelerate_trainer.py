@@ -57,7 +57,7 @@ import warnings
 from typing import Any
 
 import _forkserver
-from _forkserver import announce, say
+from _forkserver import announce, leave_once, say
 from _parts import Progress
 
 
@@ -199,6 +199,7 @@ def run(options: dict[str, Any]) -> None:
                 break
         say(event="saved", step=progress.step, path=os.fspath(saved), warnings=ours(caught), where=where(caught),
             folders=folders(directory) if accelerator.is_main_process else None)
+        leave_once(options, accelerator.process_index, progress.step)
 
     digest = parameters() if accelerator.is_main_process else None
     accelerator.end_training()  # destroys the process group: without it torch may abort at exit

@@ -4,6 +4,7 @@ tests/test_integration_dcp.py, run by .venv-torch's interpreter.
     python -m torch.distributed.run --standalone --nproc_per_node=2 _dcp_trainer.py '<json options>'
     RANK=.. WORLD_SIZE=2 MASTER_ADDR=.. MASTER_PORT=.. python _dcp_trainer.py '<json options>'
     python _dcp_trainer.py '{"role": "alone", ...}'
+    python _dcp_trainer.py serve <folder>     # the fork server (tests/_forkserver.py) of the kill campaigns
 
 ``"role": "train"`` (the default): a small model (linear layers ``width`` wide) sharded with FSDP2
 (``fully_shard``) on the gloo process group the launcher's environment describes, trained on data
@@ -27,7 +28,8 @@ half of it, then the rest 2 s later, and only then reaches ``record``), ``exit_b
 rank leaves with ``os._exit`` after its save returned), ``exit_after`` ([rank, name]: that rank leaves
 once its first call of the ``torch.distributed`` function ``name`` returned: ``"monitored_barrier"``
 is the record's barrier, which neither DCP nor FSDP calls), ``hold_before_record``
-(that rank reads a line of stdin first), ``linger`` (after an error, wait for stdin's end before
+(that rank reads a line of stdin first), ``exit_once`` ([rank, step]: that rank leaves once the step
+is recorded, in a ``torchrun --max-restarts`` run's first attempt: tests/_forkserver.py ``leave_once``), ``linger`` (after an error, wait for stdin's end before
 leaving), ``timeout`` (given to ``record`` and ``last_complete_checkpoint``). SIGUSR1 prints every
 thread's stack to stderr (the tests ask for it before failing on a child that hangs).
 
@@ -51,7 +53,9 @@ import time
 import warnings
 from typing import Any
 
-from _forkserver import announce, say
+import _forkserver
+from _forkserver import announce, leave_once, say
+
 
 def ours(caught: list[warnings.WarningMessage]) -> list[str]:
     return [f"{w.category.__name__}: {w.message}" for w in caught if w.category.__name__.startswith("TrainingStatus")]
@@ -206,6 +210,7 @@ def train(options: dict[str, Any]) -> None:
                 return
             say(event="recorded", step=step, files=entry["files"], seconds=0.0,
                 digest=disk_digest(folder) if rank == 0 else None)
+            leave_once(options, rank, step)
             continue
         if step % 2:
             dcp.save(state(model, optimizer), checkpoint_id=folder)
@@ -231,6 +236,7 @@ def train(options: dict[str, Any]) -> None:
             linger()
             return
         say(event="recorded", step=step, files=entry["files"], seconds=time.monotonic() - started)
+        leave_once(options, rank, step)
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     digest = None
@@ -397,5 +403,20 @@ def main() -> None:
     os._exit(0)
 
 
+def serve() -> None:
+    """The fork server (tests/_forkserver.py): torch, FSDP and DCP imported once for every worker of
+    the kill campaigns (each launch of a fresh interpreter spent seconds importing them)."""
+    import torch.distributed.checkpoint
+    import torch.distributed.checkpoint.state_dict
+    import torch.distributed.fsdp  # noqa: F401
+
+    import trainstatus.integrations.dcp  # noqa: F401
+
+    _forkserver.serve(train)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "serve":
+        serve()
+    else:
+        main()

@@ -40,7 +40,7 @@ from typing import Any
 
 import _forkserver
 from _deepspeed_lightning import lightning
-from _forkserver import announce, say
+from _forkserver import announce, leave_once, say
 from _parts import Progress, trainer_parts
 
 
@@ -156,6 +156,7 @@ def train(options: dict[str, Any]) -> None:
         say(event="save-begin", step=step)
         save_checkpoint(engine, directory, keep=options.get("keep"), timeout=timeout)
         say(event="recorded", step=step)
+        leave_once(options, rank, step)
         if theirs is not None:
             engine.save_checkpoint(theirs)
         say(event="save-end", step=step)

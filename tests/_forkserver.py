@@ -8,6 +8,8 @@ The test's half is tests/_launch.py.
 - ``say(event=..., **fields)``: one event, a JSON line written whole in one ``write`` (ranks share
   one pipe, and ``print`` writes a line and its newline apart), with ``rank`` (``RANK``), ``run``
   (the fork server's run number, else None) and ``t``.
+- ``leave_once(options, rank, step)``: a rank's death in a ``torchrun`` run's first attempt, for its
+  elastic restart.
 - ``announce()``: the first event of a rank, ``pid``, after faulthandler is set to print every
   thread's stack on SIGUSR1 (``Launch`` asks for them when a wait runs out): the test kills by pid.
 - ``serve(work)``: a process that has imported what its workers need once (torch and a training
@@ -55,6 +57,16 @@ def alone() -> None:
     global EVENTS
     EVENTS = os.dup(1)
     os.dup2(2, 1)
+
+
+def leave_once(options: dict[str, Any], rank: int, step: int) -> None:
+    """``exit_once`` ([rank, step]) in ``options``: that rank leaves with exit status 1, saying
+    ``leaving``, once ``step``'s checkpoint is recorded, in the first attempt of a ``torchrun`` run
+    only (``TORCHELASTIC_RESTART_COUNT`` 0): ``--max-restarts`` then restarts every worker, which
+    resume (tests/_launch.py ``elastic``)."""
+    if options.get("exit_once") == [rank, step] and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        say(event="leaving", step=step)
+        os._exit(1)
 
 
 def environment(rank: int, world: int, port: int) -> dict[str, str]:

@@ -196,6 +196,37 @@ class Launch:
         return self.stderr_path.read_text(errors="replace")[-6000:]
 
 
+ELASTIC = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+"""What ``torchrun --max-restarts`` needs on torch 2.13 with gloo to form its group again after a
+restart (without it the restarted workers cannot rendezvous; torch's behaviour, with or without
+trainstatus: docs/distributed.md)."""
+
+
+def elastic(python: Path, script: Path, options: dict[str, Any], where: Path, *,
+            env: dict[str, str] | None = None, bound: float = 120.0) -> Launch:
+    """``torchrun --standalone --nproc_per_node=2 --max-restarts=1`` of ``script`` with ``options``
+    (an ``exit_once`` among them: tests/_forkserver.py ``leave_once``)."""
+    argv = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
+            "--monitor-interval=0.5", str(script), json.dumps(options)]
+    return Launch(argv, where / f"elastic-{time.monotonic_ns()}.err", env={**ELASTIC, **(env or {})},
+                  stdin=subprocess.DEVNULL, bound=bound)
+
+
+def restarted(launch: Launch, name: str = "resumed") -> list[dict[str, Any]]:
+    """The ``name`` events of every rank after the restart (those that came after ``leaving``), in
+    rank order, once the run ended well: the restarted workers finished it."""
+    try:
+        code = launch.ended()
+    finally:
+        launch.close()
+    assert code == 0, launch.stderr()
+    events = launch.events
+    [left] = [i for i, e in enumerate(events) if e["event"] == "leaving"]
+    after = sorted((e for e in events[left + 1:] if e["event"] == name), key=lambda e: e["rank"])
+    assert [e["rank"] for e in after] == [0, 1], events[left:]
+    return after
+
+
 class Workers(Launch):
     """``<script> serve`` in ``where`` (its stderr, and each worker's log): the fork server of
     tests/_forkserver.py. ``where`` is the marker that guards every kill: the workers, forked, carry

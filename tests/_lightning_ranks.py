@@ -52,7 +52,7 @@ import warnings
 from typing import Any
 
 import _forkserver
-from _forkserver import announce, say
+from _forkserver import announce, leave_once, say
 
 def theirs_ok(path: str) -> tuple[bool, str | None]:
     """Whether ``trainer.fit(ckpt_path="last")`` could load ``path`` (see the module docstring)."""
@@ -255,6 +255,7 @@ def run(options: dict[str, Any]) -> None:
                 else:
                     inner(checkpoint, filepath, storage_options)
                 say(event="save-end", path=str(filepath), step=step)
+                leave_once(options, rank, step)  # rank 0: its save through the plugin has recorded the file
 
             strategy.save_checkpoint = save
 

@@ -46,7 +46,7 @@ import time
 import warnings
 from typing import Any
 
-from _forkserver import announce, say
+from _forkserver import announce, leave_once, say
 from _parts import trainer_parts
 
 RANK = int(os.environ.get("RANK", "0"))
@@ -214,6 +214,7 @@ def main() -> None:
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             say(event="saved", step=state.global_step)
+            leave_once(options, RANK, state.global_step)  # recorded by then: TrainStatusCallback's on_save came first
 
     run = trainer(args, [Arrived(), TrainStatusCallback(), Events()])
     ended: dict[str, Any] = {"error": None}

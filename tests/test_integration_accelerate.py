@@ -30,7 +30,7 @@ from typing import Any
 
 import _launch
 import pytest
-from _launch import Launch, Run, Workers, leftovers
+from _launch import Launch, Run, Workers, elastic, leftovers, restarted
 from _trainer_child import users_line
 
 TRAINER = Path(__file__).resolve().parent / "_accelerate_trainer.py"
@@ -448,3 +448,14 @@ def test_accelerate_and_torch_counting_other_processes_is_refused_before_any_sav
                                   "torch.distributed has 2 ranks."), message
         assert "Accelerator(cpu=True)" in message and "ACCELERATE_USE_DEEPSPEED=true" in message
     assert not (tmp_path / "run").exists()
+
+
+def test_an_elastic_restart_resumes_every_process_from_the_newest_recorded_checkpoint(torch_python: Path,
+                                                                                      tmp_path: Path) -> None:
+    # torchrun --max-restarts=1: rank 1 dies once step 2's folder is recorded; torchrun ends rank 0
+    # and starts both again, which load it together and finish.
+    where = tmp_path / "project"
+    launch = elastic(torch_python, TRAINER, {"dir": str(where), "steps": 4, "exit_once": [1, 2]}, tmp_path, env=ENV,
+                     bound=BOUND)
+    after = restarted(launch)
+    assert [e["step"] for e in after] == [2, 2] and after[0]["path"] == after[1]["path"] is not None, after

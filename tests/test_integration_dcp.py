@@ -33,7 +33,7 @@ from typing import Any
 import _launch
 import pytest
 from _forkserver import environment
-from _launch import Launch, free_port, kill, leftovers
+from _launch import Launch, Workers, elastic, free_port, leftovers, restarted
 
 TRAINER = Path(__file__).resolve().parent / "_dcp_trainer.py"
 BOUND = 120.0  # seconds: a generous bound for "within a bound", and every child's timeout
@@ -299,97 +299,159 @@ def test_the_record_waits_for_every_rank_and_lists_its_files_whole(late: tuple[P
     assert (entry["steps"], entry["file_path"], entry["files"]) == (1, "step-1", ours["files"])
 
 
-def test_kills_at_random_moments_resume_from_the_newest_recorded_step(torch_python: Path, tmp_path: Path,
-                                                                      seed: int, no_leftovers: None) -> None:
-    """SIGKILL one rank or the whole torchrun group (agent and workers) at random moments, a good
-    share inside saves, 20 times. After each kill (every process ended) the status file is read; the
-    next launch resumes from exactly its newest step, on both ranks; the same launch measures whether
-    the highest ``step-*`` folder (what a loop without trainstatus takes) loads. At the end the
-    parameters equal those of an uninterrupted run of as many steps, bit for bit."""
+@pytest.fixture(scope="module")
+def server(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    """tests/_dcp_trainer.py's fork server: torch, FSDP and DCP imported once for the campaigns'
+    forty-odd runs, each forked with torchrun's environment."""
+    where = tmp_path_factory.mktemp("dcp_workers")
+    with Workers(torch_python, TRAINER, where, env={"GLOO_SOCKET_IFNAME": "lo"}, bound=BOUND,
+                 defaults={"timeout": BOUND}) as started:
+        yield started
+
+
+@pytest.fixture
+def workers(server: Workers) -> Iterator[Workers]:
+    """The server; no worker of a run the test started outlives the test."""
+    with server.owned():
+        yield server
+
+
+@pytest.mark.parametrize("layout", ["folders", "inplace"])
+def test_kills_at_random_moments_resume_from_the_newest_recorded_step(workers: Workers, tmp_path: Path,
+                                                                      seed: int, layout: str) -> None:
+    """SIGKILL one rank or both at random moments, a good share inside saves, 20 times. After each
+    kill (every process ended) the status file is read; the next run resumes from exactly its newest
+    step, on both ranks; the same run measures what the library's own way would load.
+
+    - ``folders``: ``dcp.save`` into ``step-<n>``, then ``record(keep=3)``; theirs: the highest
+      ``step-*`` folder (what a loop without trainstatus takes) must load.
+    - ``inplace``: every step saved into ``latest`` with ``trainstatus.integrations.dcp.save``;
+      theirs: DCP's own load of ``latest``, judged by the digest of the model it holds against the
+      digests recorded at every step (deterministic: the same step gives the same bytes in every
+      run). A digest of no step is a torn folder loaded without a word; trainstatus's resume from
+      ``latest`` must find exactly the newest recorded step's digest there. A kill inside the save
+      of the only folder leaves nothing recorded: the run starts over, saying why.
+
+    At the end the parameters equal those of an uninterrupted run of as many steps, bit for bit."""
     rng = random.Random(seed)
+    inplace = layout == "inplace"
     directory, status = tmp_path / "ckpt", tmp_path / "ckpt" / "training_status.json"
     kills, newest, resumes = 20, 0, 0
+    digests: dict[int, str] = {}  # the model's digest on disk as each step's save left it (inplace)
     tally: collections.Counter[str] = collections.Counter()
-    saves = [0.05]  # seconds each save took (save-begin to save-end), to aim kills inside saves
+    saves = [0.05]  # seconds each save took (save-begin to its end), to aim kills inside saves
+    end = "recorded" if inplace else "save-end"
     for kill_number in range(kills + 1):
         final = kill_number == kills
-        launch = torchrun(torch_python, tmp_path, dir=str(directory), steps=newest + 4 if final else 10**6, keep=3,
-                          theirs=True, timeout=BOUND)
+        options: dict[str, Any] = {"dir": str(directory), "steps": newest + 4 if final else 10**6, "theirs": True}
+        options.update({"inplace": True} if inplace else {"keep": 3})
+        unrecorded = inplace and not newest and (directory / "latest" / ".metadata").is_file()  # named at the resume
+        run = workers.start(**options)
         victims = [0, 1]
         try:
-            pid_events = launch.each("pid")
+            run.each("pid")
             moment = "final" if final else rng.choice(["start", "any", "in save", "in save"])
-            if moment == "start":  # in the check of the highest folder, the resume, or the first step
+            if moment == "start":  # in the check of the library's own way, the resume, or the first step
                 time.sleep(rng.uniform(0.0, 1.5))
             else:
-                launch.each("resumed")
+                run.each("resumed")
             if final:
-                done = launch.each("done")
-                assert launch.ended() == 0, launch.stderr()
+                done = run.finished()
             else:
                 victims = rng.choice([[0], [1], [0, 1]])
                 if moment == "any":
                     time.sleep(rng.uniform(0.0, 0.6))
                 elif moment == "in save":
-                    launch.event("save-begin", victims[-1], step=newest + rng.randint(1, 3))
+                    run.event("save-begin", victims[-1], step=newest + rng.randint(1, 3))
                     time.sleep(rng.uniform(0.0, sorted(saves)[len(saves) // 2]))
-                workers = [pid_events[rank]["pid"] for rank in victims]
-                kill(workers + ([launch.process.pid] if len(victims) == 2 else []), launch.marker)
-                assert launch.ended() != 0
+                run.kill(victims)
+                run.kill([0, 1])  # the survivor, once its collectives fail (or at once)
+                run.exits()
         finally:
-            launch.close()
-        # Both ranks resumed from exactly the newest recorded step (or the kill came first), and
-        # what the highest folder would have given a loop without trainstatus.
-        for resumed in (e for e in launch.events if e["event"] == "resumed"):
-            assert (resumed["path"], resumed["step"], resumed["warnings"]) == (
-                str(directory / f"step-{newest}") if newest else None, newest, []), (kill_number, resumed)
+            run.kill([0, 1])
+        events = run.events
+        digests.update({e["step"]: e["digest"] for e in events if e["event"] == "recorded" and e["rank"] == 0
+                        and e.get("digest")})
+        # Both ranks resumed from exactly the newest recorded step (or the kill came first).
+        for resumed in (e for e in events if e["event"] == "resumed"):
+            where = (directory / "latest" if inplace else directory / f"step-{newest}") if newest else None
+            assert (resumed["path"], resumed["step"]) == (str(where) if where else None, newest), (kill_number,
+                                                                                                  resumed)
+            expected = []
+            if unrecorded and resumed["rank"] == 0:
+                expected = [f"TrainingStatusCheckpointWarning: Passed over latest in {directory}: "]
+            assert [w[:len(x)] for w, x in zip(resumed["warnings"], expected)] == expected, (kill_number, resumed)
+            assert len(resumed["warnings"]) == len(expected), (kill_number, resumed)
             resumes += resumed["rank"] == 0 and resumed["path"] is not None
-        theirs = [e for e in launch.events if e["event"] == "theirs"]
+        theirs = sorted((e for e in events if e["event"] == "theirs"), key=lambda e: e["rank"])
         if len(theirs) == 2 and theirs[0]["path"] is not None:
             tally["theirs tried"] += 1
-            tally["theirs failed"] += not all(e["ok"] for e in theirs)
+            loaded = all(e["ok"] for e in theirs)
+            tally["theirs failed"] += not loaded
+            if inplace and loaded:  # rank 0 says the digest of what it loaded
+                tally["theirs torn"] += theirs[0]["digest"] not in digests.values()
+                # trainstatus resumes from this very folder: it must hold the newest record's bytes
+                # (unknown when the kill fell between the record's write and its event: the final
+                # run's parameters, equal to an uninterrupted run's, still show any torn resume)
+                if newest in digests:
+                    assert theirs[0]["digest"] == digests[newest], (kill_number, newest)
         if final:
             break
         # Where the kill landed, as the children printed it.
         tally["group" if len(victims) == 2 else "one rank"] += 1
         landed = set()
         for rank in (0, 1):
-            mine = [(e["event"], e.get("step")) for e in launch.events if e["rank"] == rank]
-            begun = {e["step"]: e["t"] for e in launch.events if e["rank"] == rank and e["event"] == "save-begin"}
-            saves += [e["t"] - begun[e["step"]] for e in launch.events if e["rank"] == rank and e["event"] == "save-end"]
+            mine = [(e["event"], e.get("step")) for e in events if e["rank"] == rank]
+            begun = {e["step"]: e["t"] for e in events if e["rank"] == rank and e["event"] == "save-begin"}
+            saves += [e["t"] - begun[e["step"]] for e in events if e["rank"] == rank and e["event"] == end]
             last = max(begun, default=0)
-            if rank in victims and last and ("save-end", last) not in mine:
+            if rank in victims and last and (end, last) not in mine:
                 landed.add("save")
             elif rank in victims and last and ("recorded", last) not in mine:
                 landed.add("record")
         tally["inside a save"] += "save" in landed
         tally["in a record"] += landed == {"record"}
-        # The status file after the kill: in order, at most keep=3 entries, every folder there with
-        # its .metadata, never behind what it recorded before.
+        # The status file after the kill: in order, at most keep=3 entries (one in place), every
+        # folder there with its .metadata, never behind what it recorded before, unless the only
+        # folder was being saved over (then nothing is listed).
         entries = recorded(status)
         steps = [e["steps"] for e in entries]
-        assert steps == sorted(steps) and len(steps) <= 3, (kill_number, steps)
+        assert steps == sorted(steps) and len(steps) <= (1 if inplace else 3), (kill_number, steps)
         assert all((directory / e["file_path"] / ".metadata").is_file() for e in entries), (kill_number, entries)
         assert not steps or steps[-1] >= newest, (kill_number, steps, newest)
+        if inplace and not steps:
+            tally["started over"] += newest > 0
         newest = steps[-1] if steps else 0
     assert tally["inside a save"] > 0, tally
     # An uninterrupted run of as many steps ends with the same parameters, bit for bit.
-    reference = torchrun(torch_python, tmp_path, dir=str(tmp_path / "reference"), steps=newest + 4, keep=3,
-                         timeout=BOUND)
-    try:
-        expected = reference.each("done")
-        assert reference.ended() == 0, reference.stderr()
-    finally:
-        reference.close()
-    assert done[0]["digest"] == expected[0]["digest"] is not None
-    print(f"\nDCP with FSDP2 (torchrun, 2 ranks), {kills} SIGKILLs at random moments ({tally['one rank']} of one "
-          f"rank, {tally['group']} of the whole group; {tally['inside a save']} inside a save, {tally['in a record']} "
-          "after a save, before its record returned):\n"
-          f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed, 0 went back past the newest "
-          "record; final parameters equal to an uninterrupted run's, bit for bit\n"
-          f"  the highest step-* folder (a loop without trainstatus): {tally['theirs failed']} of "
-          f"{tally['theirs tried']} resumes would have failed")
+    reference = workers.start(dir=str(tmp_path / "reference"), steps=newest + 4,
+                              **({"inplace": True} if inplace else {"keep": 3}))
+    assert reference.finished()[0]["digest"] == done[0]["digest"] is not None
+    how = ("saved in place into latest with dcp.save (trainstatus's)" if inplace else
+           "dcp.save into step-<n>, then record(keep=3)")
+    theirs_way = ("DCP's own load of latest" if inplace else "the highest step-* folder (a loop without trainstatus)")
+    print(f"\nDCP with FSDP2 (2 ranks, forked with torchrun's environment), {how}: {kills} SIGKILLs at random "
+          f"moments ({tally['one rank']} of one rank, {tally['group']} of both; {tally['inside a save']} inside a "
+          f"save, {tally['in a record']} after a save, before its record returned):\n"
+          f"  last_complete_checkpoint: {resumes} resumes from a checkpoint, 0 failed, 0 torn, 0 went back past the "
+          f"newest record" + (f"; {tally['started over']} started over, saying so (the only folder was being saved "
+                               "over)" if inplace else "") +
+          "; final parameters equal to an uninterrupted run's, bit for bit\n"
+          f"  {theirs_way}: {tally['theirs failed']} of {tally['theirs tried']} would have failed to load"
+          + (f", {tally['theirs torn']} loaded a torn folder without a word" if inplace else ""))
     sys.stdout.flush()
+
+
+def test_an_elastic_restart_resumes_every_rank_from_the_newest_recorded_step(torch_python: Path, tmp_path: Path,
+                                                                             no_leftovers: None) -> None:
+    # torchrun --max-restarts=1: rank 1 dies once step 2 is recorded; torchrun ends rank 0 and
+    # starts both again, which resume from step 2 together and finish.
+    directory = tmp_path / "ckpt"
+    launch = elastic(torch_python, TRAINER, {"dir": str(directory), "steps": 4, "keep": 3, "exit_once": [1, 2],
+                                             "timeout": BOUND}, tmp_path, bound=BOUND)
+    after = restarted(launch)
+    assert [(e["path"], e["step"], e["warnings"]) for e in after] == [(str(directory / "step-2"), 2, [])] * 2
+    assert [e["steps"] for e in recorded(directory / "training_status.json")] == [2, 3, 4]
 
 
 # -- a rank that stops, and node-local folders -------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 
 import _launch
 import pytest
-from _launch import Run, Workers, free_port
+from _launch import Run, Workers, elastic, free_port, restarted
 
 from trainstatus import StatusStore
 
@@ -437,16 +437,33 @@ def test_lightning_deepspeed_last_ckpt_torn_by_a_death_inside_its_save_is_never_
     sys.stdout.flush()
 
 
-def test_lightning_deepspeed_checkpoint_of_two_ranks_resumed_by_one_is_refused_at_set_up(
-        workers: Workers, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("saved", "resumed"), [(2, 1), (1, 2)])
+def test_lightning_deepspeed_checkpoint_of_another_world_size_is_refused_before_deepspeed_loads_it(
+        workers: Workers, tmp_path: Path, saved: int, resumed: int) -> None:
+    # 2 ranks resumed by 1: one process decides; 1 resumed by 2: rank 0 decides, both raise alike.
     directory = tmp_path / "ckpts"
-    workers.start(role="lightning", dir=str(directory), max_steps=2).finished()
-    alone = workers.start(1, role="lightning", dir=str(directory), max_steps=4, port=free_port())
-    alone.finished(failed=1)
-    [error] = alone.all("error")
-    assert error["type"] == "TrainingStatusCheckpointError", error
-    assert error["message"].startswith(
-        f"Cannot resume from {directory / 'last.ckpt'}: it was saved by 2 ranks with DeepSpeed and this run has 1, "
-        "and ZeRO partitions the optimizer's state across the ranks that saved it"), error
-    assert "ds_to_universal" in error["message"], error
+    workers.start(saved, role="lightning", dir=str(directory), max_steps=2, port=free_port()).finished()
+    run = workers.start(resumed, role="lightning", dir=str(directory), max_steps=4, port=free_port())
+    run.finished(failed=resumed)
+    errors = [e for e in run.events if e["event"] == "error"]
+    assert [e["type"] for e in errors] == ["TrainingStatusCheckpointError"] * resumed, errors
+    for error in errors:
+        assert error["message"].startswith(
+            f"Cannot resume from {directory / 'last.ckpt'}: it was saved by {saved} rank{'s' if saved > 1 else ''} "
+            f"with DeepSpeed and this run has {resumed}, and ZeRO partitions the optimizer's state across the ranks "
+            "that saved it"), error
+        assert "ds_to_universal" in error["message"], error
     assert recorded(directory, "lightning")[-1]["steps"] == 2  # nothing trained, nothing saved
+
+
+def test_an_elastic_restart_resumes_every_rank_from_the_newest_recorded_tag(deepspeed_python: Path,
+                                                                            tmp_path: Path) -> None:
+    # torchrun --max-restarts=1: rank 1 dies once global_step2 is recorded; torchrun ends rank 0
+    # and starts both again, which load it together and finish.
+    directory = tmp_path / "ckpt"
+    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")}
+    launch = elastic(deepspeed_python, TRAINER, {"dir": str(directory), "steps": 4, "exit_once": [1, 2],
+                                                 "timeout": BOUND}, tmp_path, env=env, bound=BOUND)
+    after = restarted(launch)
+    assert [(e["tag"], e["step"]) for e in after] == [("global_step2", 2)] * 2
+    assert [e["steps"] for e in recorded(directory)][-1] == 4

@@ -601,3 +601,34 @@ def test_checkpoints_of_every_shape_nothing_recorded_are_named(torch_python: Pat
         "TrainStatusCheckpointIO as the strategy's checkpoint_io, or under another status_path, or a first save cut "
         "short before its record), so last_complete_checkpoint() does not return it. Give the Trainer "
         "plugins=[TrainStatusCheckpointIO()], and pass last_complete_checkpoint the same status_path.")
+
+
+REUSED_CALLBACK = r"""
+import json
+from lightning.pytorch.strategies import ModelParallelStrategy
+from trainstatus.integrations.lightning import TrainStatusCallback, TrainStatusCheckpointIO
+
+callback, seen = TrainStatusCallback(), []
+for fit, ends in enumerate(["exception", "nothing", "teardown"]):
+    strategy = ModelParallelStrategy()  # a new Trainer's strategy; its sharded saves are the callback's to wrap
+    strategy.checkpoint_io = TrainStatusCheckpointIO()
+    trainer = type("Trainer", (), {"strategy": strategy})()
+    callback.setup(trainer, None, "validate")
+    wrapped = "save_checkpoint" in vars(strategy)
+    if ends == "exception":  # a fit that raised: Lightning calls on_exception, never teardown
+        callback.on_exception(trainer, None, RuntimeError("the fit failed"))
+    elif ends == "teardown":
+        callback.teardown(trainer, None, "validate")
+    seen.append([wrapped, "save_checkpoint" in vars(strategy)])
+print(json.dumps(seen))
+"""
+
+
+def test_a_callback_reused_after_a_fit_that_raised_wraps_the_next_strategy(torch_python: Path) -> None:
+    # A fit whose set-up raised (a refusal) never reached teardown: the callback, reused with the
+    # next Trainer's strategy, wrapped nothing, and that fit's sharded saves went unrecorded.
+    done = subprocess.run([str(torch_python), "-c", REUSED_CALLBACK], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    # [wrapped at set-up, still wrapped at the end]: unwrapped by on_exception; the next strategy
+    # wrapped even when the one before it was never unwrapped; unwrapped by teardown.
+    assert json.loads(done.stdout.splitlines()[-1]) == [[True, False], [True, True], [True, False]]

@@ -29,7 +29,7 @@ from typing import Any
 
 import _launch
 import pytest
-from _launch import Run, Workers, alive
+from _launch import Run, Workers, alive, elastic, restarted
 from _trainer_child import OwnResume
 
 RANKS = Path(__file__).resolve().parent / "_lightning_ranks.py"
@@ -325,3 +325,15 @@ def test_random_kills_of_one_rank_or_both_resume_both_from_the_last_recorded_che
           f"  ckpt_path=\"last\" (Lightning's own): {own.failed} of {own.tried} could not be loaded whole"
           + (f" ({'; '.join(why)})" if why else ""))
     sys.stdout.flush()
+
+
+def test_an_elastic_restart_resumes_every_rank_from_the_newest_recorded_checkpoint(torch_python: Path,
+                                                                                   tmp_path: Path) -> None:
+    # torchrun --max-restarts=1 under DDP: rank 0 (which saves and records) dies once step 2's
+    # top-k file is recorded; torchrun ends rank 1 and starts both again, which resume from it.
+    directory = tmp_path / "ckpts"
+    launch = elastic(torch_python, RANKS, {"dir": str(directory), "max_steps": 6, "exit_once": [0, 2]}, tmp_path,
+                     bound=BOUND)
+    after = restarted(launch)
+    assert [(e["path"], e["warnings"]) for e in after] == [(str(directory / "epoch=0-step=2.ckpt"), [])] * 2
+    assert recorded(directory)[-1]["steps"] == 6

@@ -30,7 +30,7 @@ from typing import Any
 
 import _launch
 import pytest
-from _launch import Launch, free_port, leftovers
+from _launch import Launch, elastic, free_port, leftovers, restarted
 from _trainer_child import OwnResume
 
 from trainstatus import CheckpointList, StatusStore
@@ -406,3 +406,15 @@ print(json.dumps([str(w.message).split(":")[1].split(",")[0] for w in caught]))
                                 " ranks 2-3 find no RNG state of theirs and start from fresh ones",
                                 " the RNG states of ranks 2-3 are not used",
                                 " the RNG state of rank 3 is not used"]
+
+
+def test_an_elastic_restart_resumes_every_rank_from_the_newest_recorded_checkpoint(torch_python: Path,
+                                                                                   tmp_path: Path) -> None:
+    # torchrun --max-restarts=1: rank 1 dies once checkpoint-2 is recorded; torchrun ends rank 0
+    # and starts both again, which resume from checkpoint-2 together and finish.
+    directory = tmp_path / "out"
+    launch = elastic(torch_python, RANKS, {"dir": str(directory), "max_steps": 6, "exit_once": [1, 2]}, tmp_path,
+                     env=ENV, bound=BOUND)
+    after = restarted(launch)
+    assert [(e["path"], e["warnings"]) for e in after] == [(str(directory / "checkpoint-2"), [])] * 2
+    assert [e["steps"] for e in _launch.recorded(directory / "training_status.json", "transformers")][-1] == 6

@@ -51,13 +51,14 @@ from .._errors import (
     TrainingStatusCheckpointWarning,
     TrainingStatusTypeError,
     TrainingStatusValueError,
+    TrainingStatusWriteError,
     warn,
 )
 from .._store import StatusStore
 from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
-from ._shared.choice import choose_unlisting, later, reasons, recorded
+from ._shared.choice import choose_unlisting, later, left_listed, reasons, recorded
 from ._dcp.places import refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_unrecorded
 from ._ranks.hosts import ranks
 from ._formats.dcp_metadata import METADATA, reader, whole
@@ -217,9 +218,9 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
         store = StatusStore(path, resume=True)
         try:
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=root)
-            entry, skipped = choose_unlisting(checkpoints, whole(root))
+            entry, skipped, refused = choose_unlisting(checkpoints, whole(root))
             if skipped:
-                _warn_passed_over(entry, skipped, path, root, shown)
+                _warn_passed_over(entry, skipped, path, root, shown, refused)
             if entry is not None:
                 _note_world_size(entry, os.path.join(shown, entry["file_path"]), path)
             if entry is None:  # never a bare None while checkpoint folders lie there: name them
@@ -235,8 +236,9 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
 
 
 def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, str]], path: str, root: str,
-                      shown: str) -> None:
-    """Say which newer recorded folders a resume passed over, and that they are no longer listed."""
+                      shown: str, refused: TrainingStatusWriteError | None) -> None:
+    """Say which newer recorded folders a resume passed over, and that they are no longer listed
+    (or, ``refused``, that the status file could not be written to unlist them)."""
     if entry is not None:
         start = (f"{os.path.join(shown, entry['file_path'])} is the newest whole checkpoint recorded in {path}; "
                  "the newer ones cannot be resumed from")
@@ -244,13 +246,13 @@ def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, 
     else:
         start = f"No checkpoint recorded in {path} can be resumed from"
         fresh = " last_complete_checkpoint() returns None: the run starts from scratch."
-    warn(TrainingStatusCheckpointWarning(
-        f"{start}: {reasons(skipped)}.{fresh} They are no longer listed "
+    left = left_listed(path, refused) if refused is not None else (
+        f"They are no longer listed "
         f"(this run saves over their folders as it reaches their steps, and a folder half saved over must not "
         f"be found listed); their files are left in {root}. To keep them, stop and move them out of {root}, "
-        "or save into another folder.",
-        skipped=list(skipped), path=path, category=CATEGORY,
-    ))
+        "or save into another folder.")
+    warn(TrainingStatusCheckpointWarning(f"{start}: {reasons(skipped)}.{fresh} {left}",
+                                         skipped=list(skipped), path=path, category=CATEGORY))
 
 
 def _listed_as(store: StatusStore, folder: str) -> list[dict[str, Any]]:

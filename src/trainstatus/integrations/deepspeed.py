@@ -46,6 +46,7 @@ from .._errors import (
     TrainingStatusCheckpointWarning,
     TrainingStatusTypeError,
     TrainingStatusValueError,
+    TrainingStatusWriteError,
     warn,
 )
 from .._store import StatusStore
@@ -60,13 +61,13 @@ from ._deepspeed.places import (
     unrecorded,
     warn_unrecorded,
 )
-from ._formats.deepspeed_tags import MODEL_STATES, is_tag, reshard_problem, shape, way_out, whole
+from ._formats.deepspeed_tags import MODEL_STATES, decoupled, is_tag, reshard_problem, shape, way_out, whole
 from ._formats.deepspeed_tags import ranks as _ranks
 from ._ranks.hosts import ranks
 from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
-from ._shared.choice import choose_unlisting, later, reasons, recorded
+from ._shared.choice import choose_unlisting, later, left_listed, reasons, recorded
 from ._shared.upkeep import drop
 
 __all__ = ["CATEGORY", "STATUS_FILE", "last_complete_checkpoint", "load_checkpoint", "save_checkpoint"]
@@ -229,9 +230,9 @@ def _newest(given: PathLike, status_path: PathLike | None, timeout: float | None
         store = StatusStore(path, resume=True)
         try:
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=root)
-            entry, skipped = choose_unlisting(checkpoints, whole(root))
+            entry, skipped, refused = choose_unlisting(checkpoints, whole(root))
             if skipped:
-                _warn_passed_over(entry, skipped, path, root)
+                _warn_passed_over(entry, skipped, path, root, refused)
             if entry is None:
                 listed = {e["file_path"] for e in checkpoints.entries()
                           if isinstance(e, Mapping) and isinstance(e.get("file_path"), str)}
@@ -274,20 +275,22 @@ def _compare_world_size(entry: Mapping[str, Any], root: str, path: str, world: i
     ))
 
 
-def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, str]], path: str, root: str) -> None:
-    """Say which newer recorded tags a resume passed over, and that they are no longer listed."""
+def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, str]], path: str, root: str,
+                      refused: TrainingStatusWriteError | None) -> None:
+    """Say which newer recorded tags a resume passed over, and that they are no longer listed (or,
+    ``refused``, that the status file could not be written to unlist them)."""
     if entry is not None:
         start = f"{entry['file_path']} is the newest whole tag recorded in {path}; the newer ones cannot be resumed from"
         fresh = ""
     else:
         start = f"No tag recorded in {path} can be resumed from"
         fresh = " The resume starts from scratch."
-    warn(TrainingStatusCheckpointWarning(
-        f"{start}: {reasons(skipped)}.{fresh} They are no longer listed (this run saves over them as it reaches "
+    left = left_listed(path, refused) if refused is not None else (
+        f"They are no longer listed (this run saves over them as it reaches "
         f"their steps, and a tag half saved over must not be found listed); their files are left in {root}. To keep "
-        f"them, stop and move them out of {root}, or save into another folder.",
-        skipped=list(skipped), path=path, category=CATEGORY,
-    ))
+        f"them, stop and move them out of {root}, or save into another folder.")
+    warn(TrainingStatusCheckpointWarning(f"{start}: {reasons(skipped)}.{fresh} {left}",
+                                         skipped=list(skipped), path=path, category=CATEGORY))
 
 
 def _check_keep(keep: Any, reward: Any, folder: str) -> None:
@@ -306,12 +309,11 @@ def _check_keep(keep: Any, reward: Any, folder: str) -> None:
 
 
 def _refuse_decoupled(engine: Any, folder: str) -> None:
-    checkpoint_engine = getattr(engine, "checkpoint_engine", None)
-    decoupled = getattr(checkpoint_engine, "is_decoupled", None)
-    if callable(decoupled) and decoupled():
+    kind = decoupled(engine)
+    if kind is not None:
         raise TrainingStatusTypeError(
             f"save_checkpoint(engine, ...) into {folder}: this engine's checkpoint engine "
-            f"({type(checkpoint_engine).__name__}) is decoupled: it writes the files after save_checkpoint returns, "
+            f"({kind}) is decoupled: it writes the files after save_checkpoint returns, "
             "so there is nothing whole to record then. Use DeepSpeed's default torch checkpoint engine with "
             "trainstatus. Nothing was saved."
         )

@@ -16,7 +16,7 @@ newest ``last*.ckpt`` holds. Here:
   set-up it checks the strategy, records the sharded saves that FSDP, ModelParallel and DeepSpeed
   make past ``CheckpointIO`` (once every rank's files are durable), refuses what cannot be
   recorded, and checks that every rank resumes from the same checkpoint (and, under DeepSpeed,
-  that it was saved by as many ranks).
+  that it was saved by as many ranks, before DeepSpeed loads it).
 
 Usage (two lines differ from Lightning's own recipe)::
 
@@ -222,10 +222,12 @@ class TrainStatusCallback(pl.Callback):
       each rank's ZeRO shard under ``<name>.ckpt/checkpoint/``, the module's states, ``latest``):
       the same wrapping, the folder recorded once DeepSpeed's save has returned on every rank and
       its files are durable, and only if every rank's shard, the module's states and ``latest`` are
-      there. At set-up, a resume from a DeepSpeed checkpoint saved by another number of ranks is
-      refused (``TrainingStatusCheckpointError`` naming both numbers and DeepSpeed's universal
-      checkpoint): DeepSpeed would raise partway through the load. A subclass that overrides
-      ``DeepSpeedStrategy.save_checkpoint`` is refused.
+      there. Its ``load_checkpoint`` is wrapped too: a checkpoint recorded as saved by another
+      number of ranks is refused before DeepSpeed loads it (``TrainingStatusCheckpointError`` naming
+      both numbers and DeepSpeed's universal checkpoint; DeepSpeed would raise partway through the
+      load), whatever path Lightning was given and at any stage. A decoupled DeepSpeed checkpoint
+      engine (it writes after the save returns) is refused at the first save, and a subclass that
+      overrides ``DeepSpeedStrategy.save_checkpoint`` at set-up.
     - A strategy of your own that overrides ``save_checkpoint``
       is refused, unless ``sharded`` says how it saves: ``True`` if every rank saves a
       ``torch.distributed.checkpoint`` folder at the path it is given, ``False`` if it saves one
@@ -252,7 +254,8 @@ class TrainStatusCallback(pl.Callback):
                 f"not {type(sharded).__name__!r} ({sharded!r})."
             )
         self.sharded = sharded
-        self._undo: Any = None
+        self._undo: list[Any] = []  # what unwraps the strategy's methods
+        self._wrapped: Any = None  # the strategy wrapped, while it is
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         strategy = trainer.strategy
@@ -265,15 +268,16 @@ class TrainStatusCallback(pl.Callback):
             )
         how = _strategies.how_it_saves(strategy, self.sharded)
         timeout = _strategies.timeout_of(strategy)
-        if how in (_strategies.SHARDED, _strategies.DEEPSPEED) and self._undo is None:
-            self._undo = _strategies.record_sharded_saves(strategy, plugin, timeout, how)
+        if how in (_strategies.SHARDED, _strategies.DEEPSPEED) and self._wrapped is not strategy:
+            self._unwrap()  # a strategy of an earlier fit, whose teardown did not come (a fit that raised)
+            undo = [_strategies.record_sharded_saves(strategy, plugin, timeout, how)]
+            if how == _strategies.DEEPSPEED:
+                undo.append(_strategies.refuse_reshard_at_load(strategy, plugin, timeout))
+            self._undo, self._wrapped = undo, strategy
         if stage == "fit":
             # This fit's answer, taken: a later fit without a new call has nothing to check.
-            resumed, entry = _RESUMED.pop("last", None), _ENTRIES.pop("last", None)
-            _strategies.agree(resumed, lambda given, shown: _decide(given, timeout, shown)[0], timeout)
-            if how == _strategies.DEEPSPEED:
-                _strategies.refuse_reshard(entry, _SHOWN.pop("last", None), None if resumed is None
-                                           else resumed.status_path, trainer.world_size, timeout)
+            _strategies.agree(_RESUMED.pop("last", None), lambda given, shown: _decide(given, timeout, shown)[0],
+                              timeout)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # After every ModelCheckpoint's setup (Lightning runs theirs last), which resolves a dirpath
@@ -281,9 +285,15 @@ class TrainStatusCallback(pl.Callback):
         refuse_remote(trainer.checkpoint_callbacks)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self._undo is not None:
-            self._undo()
-            self._undo = None
+        self._unwrap()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._unwrap()  # Lightning does not call teardown after an exception
+
+    def _unwrap(self) -> None:
+        for undo in self._undo:
+            undo()
+        self._undo, self._wrapped = [], None
 
 
 def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: str | os.PathLike[str] | None = None,
@@ -336,31 +346,17 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     folder = resume_folder(dirpath)
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
     given = _strategies.Resumed(folder, path, None, _hosts.ranks() is not None)
-    entry, shown = _decide_entry(given, timeout, os.fspath(dirpath))
-    name = None if entry is None else entry["file_path"]
+    name, shown = _decide(given, timeout, os.fspath(dirpath))
     _RESUMED["last"] = given._replace(name=name)
-    _ENTRIES["last"], _SHOWN["last"] = entry, shown
     return None if name is None else os.path.join(shown, name)
 
 
-# This process's last answer, for TrainStatusCallback.setup: the answer the ranks compare, the
-# entry it came from (kept here, not in the answer the ranks gather: its files may be many), and
-# the folder as the user gave it.
-_RESUMED: dict[str, _strategies.Resumed] = {}
-_ENTRIES: dict[str, dict[str, Any] | None] = {}
-_SHOWN: dict[str, str] = {}
+_RESUMED: dict[str, _strategies.Resumed] = {}  # this process's last answer, for TrainStatusCallback.setup
 
 
 def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:
     """The name of the checkpoint to resume from in ``given.folder`` (``_resuming.decide``: rank 0
     reads), and the folder as it is shown."""
-    entry, shown = _decide_entry(given, timeout, shown)
-    return (None if entry is None else entry["file_path"]), shown
-
-
-def _decide_entry(given: _strategies.Resumed, timeout: float | None,
-                  shown: str | None = None) -> tuple[dict[str, Any] | None, str]:
-    """``_decide``, with the chosen entry itself."""
     shown = given.folder if shown is None else shown
     folder, path = given.folder, given.status_path or _status_path(given.folder, None)
 
@@ -375,9 +371,9 @@ def _decide_entry(given: _strategies.Resumed, timeout: float | None,
             warn(TrainingStatusCheckpointWarning(said, path=path, category=CATEGORY))
         return entry
 
-    entry: dict[str, Any] | None = _resuming.decide(choose, _resuming.entry_files, folder,
-                                                    what=f"the newest complete checkpoint of {shown}", timeout=timeout)
-    return entry, shown
+    entry = _resuming.decide(choose, _resuming.entry_files, folder,
+                             what=f"the newest complete checkpoint of {shown}", timeout=timeout)
+    return (None if entry is None else entry["file_path"]), shown
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from typing import Any
 from ..._checkpoints.files import FILES
 from . import torch_zip
 
-__all__ = ["Shape", "is_tag", "ranks", "refusal", "reshard_problem", "shape", "shards_problem", "tags_in", "way_out", "whole"]
+__all__ = ["Shape", "decoupled", "is_tag", "ranks", "refusal", "reshard_problem", "shape", "shards_problem", "tags_in",
+           "way_out", "whole"]
 
 MODEL_STATES = "_model_states.pt"
 _RANK_FILE = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(optim|model)_states\.pt")
@@ -153,18 +154,27 @@ def way_out(folder: str, saved: int) -> str:
             "DeepSpeed config)")
 
 
-def refusal(entry: Mapping[str, Any], shown: str, world: int) -> str | None:
+def decoupled(engine: Any) -> str | None:
+    """The class name of ``engine``'s checkpoint engine when it is decoupled (it writes the files
+    after ``save_checkpoint`` returns, in another process: nothing is whole to record then), or None."""
+    checkpoint_engine = getattr(engine, "checkpoint_engine", None)
+    is_decoupled = getattr(checkpoint_engine, "is_decoupled", None)
+    return type(checkpoint_engine).__name__ if callable(is_decoupled) and is_decoupled() else None
+
+
+def refusal(entry: Mapping[str, Any], shown: str, world: int, *, optimizer: bool = True) -> str | None:
     """Why the recorded checkpoint folder ``entry`` (shown as ``shown``), holding DeepSpeed tag
     folders, cannot be resumed by ``world`` ranks, worded for an error, or None: a ZeRO tag saved by
     another number of ranks, unless the folder holds ``latest_universal`` (``ds_to_universal``
-    writes it beside the converted tag). An entry without ``world_size`` was saved by one process."""
+    writes it beside the converted tag). An entry without ``world_size`` was saved by one process.
+    ``optimizer``: the optimizer's state is to be loaded (``reshard_problem``)."""
     saved = entry.get("world_size", 1)
     folder = entry["file_path"]
     files: Mapping[str, Any] = entry[FILES] if isinstance(entry.get(FILES), Mapping) else {}
     if type(saved) is not int or saved == world or os.path.isfile(os.path.join(shown, "latest_universal")):
         return None
     for tag, names in sorted(tags_in(folder, files).items()):
-        why = reshard_problem(shape(names), saved, world)
+        why = reshard_problem(shape(names), saved, world, optimizer=optimizer)
         if why is not None:
             return (f"it was saved by {ranks(saved)} with DeepSpeed and this run has {world}, and {why}: DeepSpeed "
                     f"cannot load its {tag} (it raises ZeRORuntimeException partway through). "

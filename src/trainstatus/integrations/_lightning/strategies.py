@@ -55,7 +55,7 @@ from .._shared.upkeep import drop
 from .common import deepspeed_problem, local, score, status_path
 
 __all__ = ["DEEPSPEED", "IO", "SHARDED", "Resumed", "agree", "how_it_saves", "record_sharded_saves",
-           "refuse_reshard", "timeout_of"]
+           "refuse_reshard_at_load", "timeout_of"]
 
 IO = "CheckpointIO"
 SHARDED = "sharded"
@@ -126,6 +126,17 @@ def record_sharded_saves(strategy: Strategy, plugin: Any, timeout: float | None,
     original = strategy.save_checkpoint
 
     def save_checkpoint(checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        if how == DEEPSPEED:  # what would fail in the save, refused before anything is unlisted
+            if storage_options is not None:
+                raise TypeError(f"`Trainer.save_checkpoint(..., storage_options=...)` with `storage_options` arg is "
+                                f"not supported for `{type(strategy).__name__}` as `CheckpointIO` is not used.")
+            kind = deepspeed_tags.decoupled(getattr(strategy, "deepspeed_engine", None))
+            if kind is not None:
+                raise TrainingStatusTypeError(
+                    f"TrainStatusCallback cannot record the saves of {type(strategy).__name__}: its DeepSpeed "
+                    f"checkpoint engine ({kind}) is decoupled, it writes the files after the save returns, so nothing "
+                    "is whole to record then. Use DeepSpeed's default torch checkpoint engine with trainstatus. "
+                    "Nothing was saved.")
         target = local(strategy.broadcast(filepath), "save")  # rank 0's path, as the strategy saves to it
         folder, name = os.path.split(target)
         steps = checkpoint.get("global_step", 0)
@@ -171,29 +182,54 @@ def _unlist(checkpoints: Any, target: str) -> None:
     drop(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) == target)
 
 
-def refuse_reshard(entry: dict[str, Any] | None, shown: str | None, status: str | None, world: int,
-                   timeout: float | None) -> None:
-    """Refuse, at set-up, before DeepSpeed loads it, a resume from a DeepSpeed checkpoint (the
-    recorded ``entry``, shown as the folder ``shown``) saved by another number of ranks than
-    ``world`` (``deepspeed_tags.refusal``): DeepSpeed raises ``ZeRORuntimeException`` partway
-    through the load. Under a process group rank 0 decides from its own answer (``agree`` has
-    checked every rank got the same) and every rank raises alike."""
+def refuse_reshard_at_load(strategy: Strategy, plugin: Any, timeout: float | None) -> Callable[[], None]:
+    """Wrap ``strategy.load_checkpoint`` (``DeepSpeedStrategy``, on this instance) so that a
+    checkpoint recorded as saved by another number of ranks is refused before DeepSpeed loads it
+    (``deepspeed_tags.refusal``: DeepSpeed raises ``ZeRORuntimeException`` partway through); return
+    what unwraps it. Here, not at set-up: the load is handed the path Lightning really loads
+    (``last_complete_checkpoint``'s answer, ``ckpt_path="last"``, a path of the user's), for every
+    stage (``validate`` too: it loads the weights, which ZeRO-3 partitions). Every rank calls it,
+    as Lightning does; rank 0 reads the entry and every rank raises alike. A checkpoint nothing
+    recorded is left to DeepSpeed."""
+    original = strategy.load_checkpoint
 
-    def check() -> None:
-        if entry is None or shown is None:
-            return
-        checkpoint = os.path.join(shown, entry["file_path"])
-        why = deepspeed_tags.refusal(entry, checkpoint, world)
-        if why is not None:
-            raise TrainingStatusCheckpointError(f"Cannot resume from {checkpoint}: {why}. Nothing was loaded.",
-                                                path=status, file_path=entry["file_path"])
+    def load_checkpoint(checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        given = os.fspath(checkpoint_path)
+        fitting = getattr(getattr(getattr(strategy.lightning_module, "trainer", None), "state", None), "fn", None)
+        optimizer = str(getattr(fitting, "value", fitting)) == "fit"  # DeepSpeed loads the optimizer only then
 
-    me = ranks()
-    if me is None:
-        check()
-        return
-    doing = "checking the resume's world size"
-    from_rank_0(check, me, group(timeout, doing), doing)
+        def check() -> None:
+            if not isinstance(given, str) or "://" in given:
+                return
+            target = os.path.abspath(given)
+            folder = os.path.dirname(target)
+            path = status_path(folder, plugin.status_path)
+            if not os.path.isfile(path):
+                return
+            checkpoints = plugin.checkpoints(folder)
+            entry = next((e for e in reversed(checkpoints.entries()) if isinstance(e, dict)
+                          and isinstance(e.get("file_path"), str) and checkpoints.resolve(e["file_path"]) == target),
+                         None)
+            world = int(getattr(strategy, "world_size", 1))  # a ParallelStrategy's
+            why = None if entry is None else deepspeed_tags.refusal(entry, given, world, optimizer=optimizer)
+            if why is not None:
+                raise TrainingStatusCheckpointError(f"Cannot resume from {given}: {why}. Nothing was loaded.",
+                                                    path=path, file_path=entry["file_path"] if entry else None)
+
+        me = ranks()
+        if me is None:
+            check()
+        else:
+            doing = "checking the world size of the checkpoint to load"
+            from_rank_0(check, me, group(timeout, doing), doing)
+        return original(checkpoint_path, *args, **kwargs)
+
+    strategy.load_checkpoint = load_checkpoint  # type: ignore[method-assign, unused-ignore]
+
+    def undo() -> None:
+        if vars(strategy).get("load_checkpoint") is load_checkpoint:
+            del strategy.load_checkpoint
+    return undo
 
 
 class Resumed(NamedTuple):

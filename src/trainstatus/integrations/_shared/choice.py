@@ -48,17 +48,18 @@ def later(entry: Mapping[str, Any], step: int) -> bool:
     return type(steps) is int and steps > step
 
 
-def choose_unlisting(checkpoints: CheckpointList,
-                     check: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
+def choose_unlisting(checkpoints: CheckpointList, check: Callable[[dict[str, Any]], bool]
+                     ) -> tuple[dict[str, Any] | None, list[tuple[Any, str]], TrainingStatusWriteError | None]:
     """``choose``, and the newer entries passed over dropped from the list in one write (their
     files stay): a run saves over their folders as it reaches their steps, and a folder half saved
     over must never be found listed (same-size shards pass the size check).
 
     A status file that cannot be written here (a read-only mount, a folder of someone else's, one
-    marked immutable: ``EROFS``, ``EACCES``, ``EPERM``) leaves them listed, with a warning, and the
-    resume goes on: a run cannot save there either (its first record, and a save over a listed
-    folder, which unlists it first, fail loudly), and each resume passes them over again. Any other
-    failure of the write (a full disk, an I/O error) is raised: a run that could write its
+    marked immutable: ``EROFS``, ``EACCES``, ``EPERM``) leaves them listed, and the resume goes on:
+    a run cannot save there either (its first record, and a save over a listed folder, which
+    unlists it first, fail loudly), and each resume passes them over again. That refusal is
+    returned third (None when they were dropped), for the caller's warning (``left_listed``). Any
+    other failure of the write (a full disk, an I/O error) is raised: a run that could write its
     checkpoints would then find them listed while it saves over them."""
     entry, skipped = choose(checkpoints, check)
     if skipped:
@@ -68,15 +69,15 @@ def choose_unlisting(checkpoints: CheckpointList,
         except TrainingStatusWriteError as exc:
             if exc.errno not in _READ_ONLY:
                 raise
-            names = sorted({str(e["file_path"]) for e in checkpoints.entries()
-                            if isinstance(e, Mapping) and later(e, newest) and "file_path" in e})
-            warn(TrainingStatusCheckpointWarning(
-                f"{checkpoints.store.path} cannot be written here, so {', '.join(names)} "
-                f"{'stays' if len(names) == 1 else 'stay'} listed though passed over (each resume passes "
-                f"{'it' if len(names) == 1 else 'them'} over again): {exc} Resuming read-only is fine; a run "
-                "that saves checkpoints here needs to write the status file (its first save fails otherwise).",
-                path=checkpoints.store.path, category=checkpoints.category))
-    return entry, skipped
+            return entry, skipped, exc
+    return entry, skipped, None
+
+
+def left_listed(path: str, refused: TrainingStatusWriteError) -> str:
+    """The sentence of a passed-over warning when ``choose_unlisting`` could not drop them."""
+    return (f"They stay listed: {path} cannot be written here, and each resume passes them over again ({refused}) "
+            "Resuming read-only is fine; a run that saves checkpoints here needs to write the status file (its "
+            "first save fails otherwise).")
 
 
 _READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # the status file's write refused, not failed
