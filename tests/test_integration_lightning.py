@@ -632,3 +632,38 @@ def test_a_callback_reused_after_a_fit_that_raised_wraps_the_next_strategy(torch
     # [wrapped at set-up, still wrapped at the end]: unwrapped by on_exception; the next strategy
     # wrapped even when the one before it was never unwrapped; unwrapped by teardown.
     assert json.loads(done.stdout.splitlines()[-1]) == [[True, False], [True, True], [True, False]]
+
+
+STATUS_INSIDE = r"""
+import json, os, sys
+from trainstatus.integrations.lightning import TrainStatusCheckpointIO, last_complete_checkpoint
+base = sys.argv[1]
+folder = os.path.join(base, "ckpts")
+inside = os.path.join(folder, "last.ckpt", "training_status.json")
+seen = []
+for call in (lambda: last_complete_checkpoint(folder, status_path=inside),
+             lambda: TrainStatusCheckpointIO(status_path=inside).checkpoints(folder),
+             # a folder of the user's named like a checkpoint, above ModelCheckpoint's dirpath: not one
+             lambda: last_complete_checkpoint(os.path.join(base, "runs.ckpt", "ck"),
+                                              status_path=os.path.join(base, "runs.ckpt", "ck", "status.json"))):
+    try:
+        seen.append(["returned", str(call())])
+    except Exception as exc:
+        seen.append([type(exc).__name__, str(exc)])
+print(json.dumps(seen))
+"""
+
+
+def test_a_status_file_inside_a_ckpt_folder_is_refused(torch_python: Path, tmp_path: Path) -> None:
+    # A sharded or DeepSpeed last.ckpt is saved over in place, and ModelCheckpoint removes old ones.
+    done = subprocess.run([str(torch_python), "-c", STATUS_INSIDE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    read, plugin, theirs = json.loads(done.stdout.splitlines()[-1])
+    inside, folder = tmp_path / "ckpts" / "last.ckpt" / "training_status.json", tmp_path / "ckpts" / "last.ckpt"
+    said = (f"the status file {inside} would lie inside the checkpoint {folder}, which the strategy saves over and "
+            "ModelCheckpoint removes, the status file with it.")
+    assert read[0] == plugin[0] == "TrainingStatusValueError", (read, plugin)
+    assert read[1].startswith(f"last_complete_checkpoint('{tmp_path / 'ckpts'}'): {said}"), read
+    assert plugin[1].startswith(f"TrainStatusCheckpointIO: {said}"), plugin
+    assert theirs == ["returned", "None"]

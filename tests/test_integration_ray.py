@@ -12,6 +12,7 @@ run; docs/ray.md quotes both.
 from __future__ import annotations
 
 import json
+import subprocess
 import os
 import shutil
 from collections.abc import Iterator
@@ -251,3 +252,34 @@ def test_an_object_uploaded_again_one_byte_off_its_recorded_size_is_passed_over(
     client.put_object(Bucket=bucket, Key=key, Body=original)
     answer = cluster.ask(do="last", run_path=f"s3://{bucket}/runs/sizes")
     assert (answer["path"], answer["epoch"], answer["warnings"]) == (f"{bucket}/runs/sizes/{newest}", 1, [])
+
+
+CHECKPOINT_GIVEN = r"""
+import json, sys
+from trainstatus.integrations.ray import last_complete_checkpoint
+seen = []
+for given in sys.argv[1:]:
+    try:
+        seen.append(["returned", str(last_complete_checkpoint(given))])
+    except Exception as exc:
+        seen.append([type(exc).__name__, str(exc)])
+print(json.dumps(seen))
+"""
+
+
+def test_a_checkpoint_folder_given_for_its_run_is_refused_naming_the_run(ray_python: Path, tmp_path: Path) -> None:
+    # It returned None in silence, on a disk and on S3: a new run from scratch beside the checkpoints.
+    name = "checkpoint_2026-12-07_10-00-00.123456"
+    local, remote = tmp_path / "run" / name, f"s3://bucket/runs/run/{name}/"
+    local.mkdir(parents=True)
+    done = subprocess.run([str(ray_python), "-c", CHECKPOINT_GIVEN, str(local), remote], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    on_disk, on_s3 = json.loads(done.stdout.splitlines()[-1])
+    assert on_disk == ["TrainingStatusValueError", (
+        f"last_complete_checkpoint('{local}'): {local} is one of a run's checkpoint folders, named as Ray names "
+        f"them. Pass the run's folder that holds them (<storage_path>/<name>), {tmp_path / 'run'}: the answer is "
+        "the newest whole checkpoint recorded there. Nothing was read.")], on_disk
+    assert on_s3[0] == "TrainingStatusValueError" and on_s3[1].startswith(
+        f"last_complete_checkpoint('{remote}'): s3://bucket/runs/run/{name} is one of a run's checkpoint folders"
+        ) and "s3://bucket/runs/run:" in on_s3[1], on_s3

@@ -409,3 +409,44 @@ def test_the_run_folder_is_checked_from_any_current_directory(trained: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
     assert (f"info: rl_model: relative checkpoint paths are looked up under {directory}, recorded in "
             "rl_model/checkpoint_root\n") in done.stdout
+
+
+WRONG_PATHS = r"""
+import json, sys, warnings
+from trainstatus.integrations.sb3 import last_complete_checkpoint
+seen = []
+for given in sys.argv[1:]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            seen.append(["returned", last_complete_checkpoint(given), [str(w.message) for w in caught]])
+        except Exception as exc:
+            seen.append([type(exc).__name__, str(exc), []])
+print(json.dumps(seen))
+"""
+
+
+def test_a_wrong_or_remote_path_is_refused_and_unrecorded_checkpoints_are_named(torch_python: Path, run: Path,
+                                                                               tmp_path: Path) -> None:
+    # Each returned None in silence: a run from scratch beside whole checkpoints.
+    bare = tmp_path / "copied"  # the zips without the status file (saved without the callback, or moved)
+    bare.mkdir()
+    for name in zips(run):
+        shutil.copy(run / name, bare / name)
+    done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(run / "rl_model_384_steps.zip"),
+                           "s3://bucket/logs", str(bare)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    checkpoint, remote, unrecorded = json.loads(done.stdout.splitlines()[-1])
+    assert checkpoint[:2] == ["TrainingStatusValueError", (
+        f"last_complete_checkpoint('{run / 'rl_model_384_steps.zip'}'): {run / 'rl_model_384_steps.zip'} is a "
+        f"checkpoint itself. Pass the folder that holds the checkpoints, CheckpointCallback's save_path, {run}: the "
+        "answer is the newest whole checkpoint recorded there. Nothing was read.")], checkpoint
+    assert remote[0] == "TrainingStatusValueError" and "is not a local path" in remote[1], remote
+    assert unrecorded[:2] == ["returned", None], unrecorded
+    assert unrecorded[2] == [
+        f"rl_model_256_steps.zip, rl_model_320_steps.zip, rl_model_384_steps.zip in {bare} are checkpoints that "
+        f"{bare / 'training_status.json'} has never recorded (saved without TrainStatusCheckpointCallback, or with "
+        "another name_prefix or status_path, or a first save cut short before its record), so "
+        "last_complete_checkpoint() returns None: a new model starts at 0 timesteps. Load one yourself if you know "
+        "it is whole (PPO.load(path)), or pass last_complete_checkpoint the name_prefix and status_path the callback "
+        "was given."], unrecorded

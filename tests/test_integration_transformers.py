@@ -375,3 +375,42 @@ def test_a_checkpoint_folder_or_a_remote_path_is_refused_never_a_fresh_run(torch
                               f"itself. Pass the folder above it, the run's output_dir, {run}:"), message
     assert remote_kind == "TrainingStatusValueError" and "this is not a local path" in remote, remote
     assert unchanged == ["unchanged", True]
+
+
+STATUS_INSIDE = r"""
+import json, os, sys
+from transformers import TrainerControl, TrainerState, TrainingArguments
+from trainstatus.integrations.transformers import TrainStatusCallback, last_complete_checkpoint
+out = sys.argv[1]
+inside = os.path.join(out, "checkpoint-2", "training_status.json")
+seen = []
+try:
+    seen.append(["returned", last_complete_checkpoint(out, status_path=inside)])
+except Exception as exc:
+    seen.append([type(exc).__name__, str(exc)])
+args = TrainingArguments(output_dir=out, report_to="none", use_cpu=True)
+try:
+    TrainStatusCallback(status_path=inside).on_train_begin(args, TrainerState(), TrainerControl())
+    seen.append(["began", None])
+except Exception as exc:
+    seen.append([type(exc).__name__, str(exc)])
+print(json.dumps([seen, os.path.exists(inside)]))
+"""
+
+
+def test_a_status_file_inside_a_checkpoint_folder_is_refused(torch_python: Path, tmp_path: Path) -> None:
+    # The Trainer's rotation removes checkpoint-2 whole: the status file, the whole list, with it.
+    out = tmp_path / "out"
+    done = subprocess.run([str(torch_python), "-c", STATUS_INSIDE, str(out)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen, made = json.loads(done.stdout.splitlines()[-1])
+    inside = out / "checkpoint-2" / "training_status.json"
+    said = (f"the status file {inside} would lie inside the checkpoint folder {out / 'checkpoint-2'}, which the "
+            "Trainer saves into and its rotation removes, the status file with it.")
+    [(read, message), (began, refusal)] = seen
+    assert read == began == "TrainingStatusValueError", seen
+    assert message.startswith(f"last_complete_checkpoint('{out}'): {said}"), message
+    assert refusal.startswith(f"TrainStatusCallback: {said}"), refusal
+    assert all(message.endswith("Nothing was read or changed.") for _, message in seen)
+    assert not made

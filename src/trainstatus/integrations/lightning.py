@@ -63,7 +63,17 @@ from .._storage import atomic as _atomic
 from .._storage import filenames as _names
 from .._store import StatusStore
 from ._lightning import strategies as _strategies
-from ._lightning.common import CATEGORY, STATUS_FILE, local, refuse_remote, resume_folder, score, unrecorded, whole
+from ._lightning.common import (
+    CATEGORY,
+    STATUS_FILE,
+    local,
+    refuse_remote,
+    refuse_status_inside,
+    resume_folder,
+    score,
+    unrecorded,
+    whole,
+)
 from ._lightning.common import status_path as _status_path
 from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
@@ -136,6 +146,7 @@ class TrainStatusCheckpointIO(CheckpointIO):
         folder = os.path.abspath(os.fspath(dirpath))
         checkpoints = self._lists.get(folder)
         if checkpoints is None:
+            refuse_status_inside(folder, _status_path(folder, self.status_path), "TrainStatusCheckpointIO")
             store = StatusStore(_status_path(folder, self.status_path))
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=folder)
             self._lists[folder] = checkpoints
@@ -283,6 +294,12 @@ class TrainStatusCallback(pl.Callback):
         # After every ModelCheckpoint's setup (Lightning runs theirs last), which resolves a dirpath
         # of None from the logger's save_dir or default_root_dir; before any step.
         refuse_remote(trainer.checkpoint_callbacks)
+        plugin = trainer.strategy.checkpoint_io
+        given = plugin.status_path if isinstance(plugin, TrainStatusCheckpointIO) else None
+        for callback in trainer.checkpoint_callbacks:  # every rank alike, before any save
+            dirpath = getattr(callback, "dirpath", None)
+            if given is not None and dirpath is not None:
+                refuse_status_inside(os.path.abspath(os.fspath(dirpath)), given, "TrainStatusCallback")
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._unwrap()
@@ -345,6 +362,7 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     """
     folder = resume_folder(dirpath)
     path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
+    refuse_status_inside(folder, path, f"last_complete_checkpoint({os.fspath(dirpath)!r})")
     given = _strategies.Resumed(folder, path, None, _hosts.ranks() is not None)
     name, shown = _decide(given, timeout, os.fspath(dirpath))
     _RESUMED["last"] = given._replace(name=name)

@@ -59,7 +59,7 @@ from .._committing import retold
 from .._errors import TrainingStatusTypeError, TrainingStatusValueError
 from .._remote.location import url_scheme
 from .._store import StatusStore
-from ._ray.storage import STATUS_FILE, Storage
+from ._ray.storage import STATUS_FILE, Storage, is_checkpoint_name
 from ._ray.resume import newest_whole
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "last_complete_checkpoint"]
@@ -202,7 +202,18 @@ def last_complete_checkpoint(run_path: PathLike, *, status_path: PathLike | None
             f"last_complete_checkpoint() takes the run's folder (<storage_path>/<name>) as a path or an s3:// or "
             f"gs:// URL, not {type(run_path).__name__!r} ({run_path!r})."
         )
-    run = Storage.of_path(os.fspath(run_path), storage_filesystem)
+    given = os.fspath(run_path)
+    trimmed = given.rstrip("/" + os.sep)
+    if is_checkpoint_name(trimmed.rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1]):
+        # From the name alone (the same on a disk and an object store): Ray names its checkpoint
+        # folders so, and never a run's. Read as a run, it would answer None: a run from scratch.
+        parent = trimmed[:max(trimmed.rfind("/"), trimmed.rfind(os.sep))] or os.curdir
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({given!r}): {trimmed} is one of a run's checkpoint folders, named as Ray "
+            f"names them. Pass the run's folder that holds them (<storage_path>/<name>), {parent}: the answer is "
+            "the newest whole checkpoint recorded there. Nothing was read."
+        )
+    run = Storage.of_path(given, storage_filesystem)
     path = run.status_path(_status(status_path))
     entry = newest_whole(run, path, CATEGORY, storage_options)
     if entry is None:

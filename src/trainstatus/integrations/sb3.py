@@ -43,7 +43,7 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
-from ._shared.choice import Words, choose, newest_whole, reasons
+from ._shared.choice import Words, choose, pick, reasons, warn_passed_over
 from ._shared.upkeep import remove_stale_temps
 
 __all__ = ["STATUS_FILE", "TrainStatusCheckpointCallback", "last_complete_checkpoint"]
@@ -214,15 +214,56 @@ def last_complete_checkpoint(save_path: str | os.PathLike[str], *, name_prefix: 
     over are named, with the reason, in one ``TrainingStatusCheckpointWarning``; nothing is removed.
     None when nothing was recorded (no status file yet: a fresh run) or nothing recorded is whole.
     """
-    root = os.path.abspath(os.fspath(save_path))
-    path = _status_path(os.fspath(save_path), status_path)
-    entry = newest_whole(path, name_prefix, root, _whole(root), _WORDS, os.fspath(save_path))
+    given = os.fspath(save_path)
+    if "://" in given:
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({given!r}): SB3's CheckpointCallback saves into a local save_path, and this "
+            "is not a local path. Pass the run's local save_path (copy the checkpoints back from remote storage "
+            "into it first). Nothing was read."
+        )
+    root = os.path.abspath(given)
+    if os.path.isfile(root):
+        raise TrainingStatusValueError(
+            f"last_complete_checkpoint({given!r}): {root} is "
+            f"{'a checkpoint itself' if root.endswith('.zip') else 'a file, not a folder'}. Pass the folder that "
+            f"holds the checkpoints, CheckpointCallback's save_path, {os.path.dirname(root)}: the answer is the "
+            "newest whole checkpoint recorded there. Nothing was read."
+        )
+    path = _status_path(given, status_path)
+    listed: list[Any] = []
+    entry, skipped = pick(path, name_prefix, root, _whole(root), listed)
+    if skipped:
+        warn_passed_over(None if entry is None else os.path.join(given, entry["file_path"]), skipped, path,
+                         name_prefix, root, _WORDS)
     if entry is None:
+        _warn_unrecorded(root, name_prefix, path, listed)
         return None
-    return os.path.join(os.fspath(save_path), entry["file_path"])
+    return os.path.join(given, entry["file_path"])
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _warn_unrecorded(root: str, name_prefix: str, status_path: str, listed: list[Any]) -> None:
+    """Name the model ``.zip`` files of this prefix that the list never recorded, when the resume
+    found nothing to return: never a bare None while checkpoints lie there."""
+    pattern = re.compile(re.escape(name_prefix) + r"_(\d+)_steps\.zip")
+    recorded = {e.get("file_path") for e in listed if isinstance(e, dict)}
+    try:
+        names = [n for n in os.listdir(root) if pattern.fullmatch(n) and n not in recorded]
+    except OSError:
+        return
+    if not names:
+        return
+    names.sort(key=lambda n: int(pattern.fullmatch(n).group(1)))  # type: ignore[union-attr]
+    shown = ", ".join(names[-5:]) + (f" and {len(names) - 5} older" if len(names) > 5 else "")
+    warn(TrainingStatusCheckpointWarning(
+        f"{shown} in {root} {'is a checkpoint' if len(names) == 1 else 'are checkpoints'} that {status_path} has "
+        f"never recorded (saved without TrainStatusCheckpointCallback, or with another name_prefix or status_path, "
+        f"or a first save cut short before its record), so last_complete_checkpoint() returns None: a new model "
+        "starts at 0 timesteps. Load one yourself if you know it is whole (PPO.load(path)), or pass "
+        "last_complete_checkpoint the name_prefix and status_path the callback was given.",
+        path=status_path, category=name_prefix))
 
 
 def _status_path(save_path: str, status_path: str | os.PathLike[str] | None) -> str:

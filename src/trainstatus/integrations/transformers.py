@@ -61,6 +61,7 @@ from ._transformers.folders import (
     note_world_size,
     output_folder,
     refuse_reshard,
+    refuse_status_inside,
     unrecorded,
     warn_unrecorded,
     whole,
@@ -171,11 +172,12 @@ class TrainStatusCallback(TrainerCallback):
                 "with accelerate launch or the deepspeed launcher. Nothing was trained.",
                 path=_status_path(os.path.abspath(_output_dir(args)), self.status_path),
             )
+        root = os.path.abspath(_output_dir(args))
+        refuse_status_inside(root, _status_path(root, self.status_path), "TrainStatusCallback")  # every rank alike
         if me is None and not args.should_save:
             return
         # Under a process group rank 0 alone reads and writes the list; every rank takes its best
         # checkpoint, and its error (a damaged status file) stops every rank, not rank 0 alone.
-        root = os.path.abspath(_output_dir(args))
         fix = _resuming.decide(lambda: self._begin(args, state), lambda _: {}, root,
                                  what=f"the checkpoints recorded for {root} at step {state.global_step}",
                                  timeout=_timeout(args))
@@ -309,6 +311,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str], *,
     """
     root = output_folder(output_dir)
     path = _status_path(root, None if status_path is None else os.path.abspath(os.fspath(status_path)))
+    refuse_status_inside(root, path, f"last_complete_checkpoint({os.fspath(output_dir)!r})")
     _warn_alone(root, path)
 
     def choose() -> dict[str, Any] | None:

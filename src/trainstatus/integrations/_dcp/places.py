@@ -13,6 +13,7 @@ import os
 
 from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
 from .._formats.dcp_metadata import METADATA
+from .._shared.inside import inside
 
 __all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_alone", "warn_unrecorded"]
 
@@ -54,10 +55,8 @@ def refuse_status_inside(status_path: str, folder: str | None, action: str, *, l
     ``look=False``: from the paths alone (the same on every rank, so safe before a collective), not
     whether the folder above the status file is a checkpoint folder on this host's disk (rank 0
     checks that, and its error reaches every rank)."""
-    parent = os.path.dirname(status_path)
-    inside = folder is not None and (parent == folder or parent.startswith(folder + os.sep))
-    if inside or (look and _is_checkpoint(parent)):
-        where = folder if inside and folder is not None else parent
+    where = inside(status_path, folder, look=_is_checkpoint if look else None)
+    if where is not None:
         raise TrainingStatusValueError(
             f"trainstatus.integrations.dcp cannot {action}: the status file {status_path} would lie inside the "
             f"checkpoint folder {where}. Keep it beside the checkpoint folders (the default: training_status.json "

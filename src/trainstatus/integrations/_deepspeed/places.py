@@ -14,6 +14,7 @@ from typing import Any
 
 from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusTypeError, TrainingStatusValueError, warn
 from .._formats.deepspeed_tags import MODEL_STATES, is_tag
+from .._shared.inside import inside
 
 __all__ = ["CATEGORY", "STATUS_FILE", "check_tag", "refuse_status_inside", "refuse_tag_folder", "save_root",
            "unrecorded", "warn_unrecorded"]
@@ -66,10 +67,8 @@ def refuse_status_inside(status_path: str, folder: str | None, action: str, *, l
     removes it whole, the status file along with it. ``look=False``: from the paths alone (the same on
     every rank, so safe before a collective), not whether the folder above the status file is a tag
     folder on this host's disk (rank 0 checks that, and its error reaches every rank)."""
-    parent = os.path.dirname(status_path)
-    inside = folder is not None and (parent == folder or parent.startswith(folder + os.sep))
-    if inside or (look and is_tag(parent)):
-        where = folder if inside and folder is not None else parent
+    where = inside(status_path, folder, look=is_tag if look else None)
+    if where is not None:
         raise TrainingStatusValueError(
             f"trainstatus.integrations.deepspeed cannot {action}: the status file {status_path} would lie inside "
             f"the tag folder {where}. Keep it beside the tag folders (the default: {STATUS_FILE} in save_dir), or "

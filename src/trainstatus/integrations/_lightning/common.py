@@ -14,8 +14,10 @@ from ..._errors import TrainingStatusError, TrainingStatusValueError
 from .._formats import dcp_metadata as _dcp_folders
 from .._formats import deepspeed_tags as _deepspeed_tags
 from .._formats import torch_zip as _torch_zip
+from .._shared.inside import inside
 
-__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "deepspeed_problem", "local", "score", "status_path", "whole"]
+__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "deepspeed_problem", "local", "refuse_status_inside", "score",
+           "status_path", "whole"]
 
 STATUS_FILE = "training_status.json"
 """The status file's name in the checkpoint's folder when no ``status_path`` is given."""
@@ -30,6 +32,22 @@ LATEST = "latest"  # DeepSpeed's file naming the tag; DeepSpeedStrategy.load_che
 
 def status_path(folder: str, given: str | None) -> str:
     return os.path.join(folder, STATUS_FILE) if given is None else given
+
+
+def refuse_status_inside(folder: str, status_path: str, action: str) -> None:
+    """Refuse a status file inside a ``<name>.ckpt`` folder of ``folder`` (a sharded or DeepSpeed
+    checkpoint): the strategy saves over that folder in place (``last.ckpt``) and
+    ``ModelCheckpoint`` removes old ones, the status file (the whole list) with it. From the paths
+    alone: the same on every rank."""
+    where = inside(status_path, named=lambda name: name.endswith(".ckpt"), under=folder)
+    if where is not None:
+        raise TrainingStatusValueError(
+            f"{action}: the status file {status_path} would lie inside the checkpoint {where}, which the strategy "
+            "saves over and ModelCheckpoint removes, the status file with it. Keep it beside the checkpoints (the "
+            "default: training_status.json in ModelCheckpoint's dirpath), or pass status_path= outside every "
+            ".ckpt folder. Nothing was read or changed.",
+            path=status_path,
+        )
 
 
 def local(path: Any, action: str) -> str:

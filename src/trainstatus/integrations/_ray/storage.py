@@ -28,7 +28,7 @@ from ..._checkpoints.files import FILES
 from ..._errors import TrainingStatusCheckpointError, TrainingStatusValueError
 from ..._remote.location import url_scheme
 
-__all__ = ["STATUS_FILE", "Storage"]
+__all__ = ["STATUS_FILE", "Storage", "is_checkpoint_name"]
 
 STATUS_FILE = "training_status.json"
 
@@ -37,6 +37,11 @@ _SCHEMES = {"s3": "s3", "gcs": "gs"}
 # Ray's own name for a checkpoint folder (StorageContext.make_default_checkpoint_dir_name): the time
 # of the report, to the microsecond, so names sort as the reports came.
 _RAY_NAME = re.compile(r"checkpoint_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\.\d{6}")
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is the name Ray gives a checkpoint folder it makes."""
+    return _RAY_NAME.fullmatch(name) is not None
 
 
 class Storage:

@@ -27,8 +27,10 @@ from ..._store import StatusStore
 from .._formats import safetensors as _safetensors
 from .._formats import torch_zip as _torch_zip
 from .._formats.deepspeed_tags import refusal, shards_problem, tags_in
+from .._shared.inside import inside
 
-__all__ = ["TRAINER_STATE", "problem", "refuse_reshard", "unrecorded", "warn_unrecorded", "whole"]
+__all__ = ["TRAINER_STATE", "problem", "refuse_reshard", "refuse_status_inside", "unrecorded", "warn_unrecorded",
+           "whole"]
 
 TRAINER_STATE = "trainer_state.json"  # the Trainer's TRAINER_STATE_NAME: written last, read on resume
 
@@ -139,6 +141,21 @@ def output_folder(output_dir: str | os.PathLike[str]) -> str:
             "recorded there. Nothing was read or changed."
         )
     return root
+
+
+def refuse_status_inside(root: str, status_path: str, action: str) -> None:
+    """Refuse a status file inside a ``checkpoint-<step>`` folder of ``root``: the Trainer saves into
+    that folder and its rotation removes it, the status file (the whole list) with it. From the
+    paths alone: the same on every rank, before any collective."""
+    where = inside(status_path, named=lambda name: _FOLDER.fullmatch(name) is not None, under=root)
+    if where is not None:
+        raise TrainingStatusValueError(
+            f"{action}: the status file {status_path} would lie inside the checkpoint folder {where}, which the "
+            "Trainer saves into and its rotation removes, the status file with it. Keep it beside the checkpoint "
+            "folders (the default: training_status.json in output_dir), or pass status_path= outside every "
+            f"{PREFIX_CHECKPOINT_DIR}-<step> folder. Nothing was read or changed.",
+            path=status_path,
+        )
 
 
 def refuse_reshard(entry: Mapping[str, Any], shown: str, status_path: str, category: str, world: int) -> None:
