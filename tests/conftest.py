@@ -225,6 +225,14 @@ def off_the_clock() -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, left)
 
 
+@pytest.fixture
+def workers(server: Any) -> Iterator[Any]:
+    """The module's fork server (its ``server`` fixture: a ``_launch.Workers``), for one test: no
+    worker of a run the test started outlives the test."""
+    with server.owned():
+        yield server
+
+
 SEED_VARIABLE = "TRAINSTATUS_SEED"
 
 

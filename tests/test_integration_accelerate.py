@@ -61,13 +61,6 @@ def server(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield started
 
 
-@pytest.fixture
-def workers(server: Workers) -> Iterator[Workers]:
-    """The server; no worker of a run the test started outlives the test."""
-    with server.owned():
-        yield server
-
-
 # -- reading what a run left --------------------------------------------------------------------
 
 

@@ -309,13 +309,6 @@ def server(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield started
 
 
-@pytest.fixture
-def workers(server: Workers) -> Iterator[Workers]:
-    """The server; no worker of a run the test started outlives the test."""
-    with server.owned():
-        yield server
-
-
 @pytest.mark.parametrize("layout", ["folders", "inplace"])
 def test_kills_at_random_moments_resume_from_the_newest_recorded_step(workers: Workers, tmp_path: Path,
                                                                       seed: int, layout: str) -> None:

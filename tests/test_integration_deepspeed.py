@@ -39,13 +39,6 @@ def server(deepspeed_python: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     assert not any((where / "torch_extensions").glob("*/*.so")), list((where / "torch_extensions").rglob("*"))
 
 
-@pytest.fixture
-def workers(server: Workers) -> Iterator[Workers]:
-    """The server; no worker of a run the test started outlives the test."""
-    with server.owned():
-        yield server
-
-
 def recorded(directory: Path, category: str = "deepspeed") -> list[dict[str, Any]]:
     return _launch.recorded(directory / "training_status.json", category)
 
