@@ -267,8 +267,23 @@ print(json.dumps(seen))
 """
 
 
+STATUS_INSIDE = r"""
+import json, sys
+from trainstatus.integrations.ray import TrainStatusCallback, last_complete_checkpoint
+seen = []
+for call in (lambda: last_complete_checkpoint(sys.argv[1], status_path=sys.argv[2]),
+             lambda: TrainStatusCallback(status_path=sys.argv[2])):
+    try:
+        seen.append(["returned", str(call())])
+    except Exception as exc:
+        seen.append([type(exc).__name__, str(exc)])
+print(json.dumps(seen))
+"""
+
+
 def test_a_checkpoint_folder_given_for_its_run_is_refused_naming_the_run(ray_python: Path, tmp_path: Path) -> None:
     # It returned None in silence, on a disk and on S3: a new run from scratch beside the checkpoints.
+    # And a status file inside a checkpoint folder (Ray's num_to_keep removes it whole) is refused.
     name = "checkpoint_2026-12-07_10-00-00.123456"
     local, remote = tmp_path / "run" / name, f"s3://bucket/runs/run/{name}/"
     local.mkdir(parents=True)
@@ -276,6 +291,15 @@ def test_a_checkpoint_folder_given_for_its_run_is_refused_naming_the_run(ray_pyt
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     on_disk, on_s3 = json.loads(done.stdout.splitlines()[-1])
+    inside = subprocess.run([str(ray_python), "-c", STATUS_INSIDE, str(tmp_path / "run"), str(local / "status.json")],
+                            capture_output=True, text=True, timeout=300)
+    assert inside.returncode == 0, inside.stderr
+    said = (f"the status file {local / 'status.json'} would lie inside the checkpoint folder {name}, which Ray removes "
+            "whole when num_to_keep drops it, the status file with it. Keep it in the run's folder (the default), or "
+            "pass status_path= outside every checkpoint folder. Nothing was read or changed.")
+    assert json.loads(inside.stdout.splitlines()[-1]) == [
+        ["TrainingStatusValueError", f"last_complete_checkpoint('{tmp_path / 'run'}'): {said}"],
+        ["TrainingStatusValueError", f"TrainStatusCallback: {said}"]]
     assert on_disk == ["TrainingStatusValueError", (
         f"last_complete_checkpoint('{local}'): {local} is one of a run's checkpoint folders, named as Ray names "
         f"them. Pass the run's folder that holds them (<storage_path>/<name>), {tmp_path / 'run'}: the answer is "

@@ -114,6 +114,8 @@ class TrainStatusCallback(UserCallback):
                 f"not {type(storage_options).__name__!r} ({storage_options!r})."
             )
         self.status_path = _status(status_path)
+        if self.status_path is not None:
+            _refuse_inside(self.status_path, "TrainStatusCallback")  # before the run, not at its first report
         self.storage_options = None if storage_options is None else dict(storage_options)
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None) -> None:
@@ -215,6 +217,7 @@ def last_complete_checkpoint(run_path: PathLike, *, status_path: PathLike | None
         )
     run = Storage.of_path(given, storage_filesystem)
     path = run.status_path(_status(status_path))
+    _refuse_inside(path, f"last_complete_checkpoint({given!r})")
     entry = newest_whole(run, path, CATEGORY, storage_options)
     if entry is None:
         return None
@@ -223,6 +226,19 @@ def last_complete_checkpoint(run_path: PathLike, *, status_path: PathLike | None
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _refuse_inside(status_path: str, action: str) -> None:
+    """Refuse a status file (a path or a URL) inside one of a run's checkpoint folders, by the name
+    Ray gives them: Ray's ``num_to_keep`` removes such a folder whole, the status file with it."""
+    folders = status_path.replace(os.sep, "/").split("/")[:-1]
+    named = [part for part in folders if is_checkpoint_name(part)]
+    if named:
+        raise TrainingStatusValueError(
+            f"{action}: the status file {status_path} would lie inside the checkpoint folder {named[-1]}, which Ray "
+            "removes whole when num_to_keep drops it, the status file with it. Keep it in the run's folder (the "
+            "default), or pass status_path= outside every checkpoint folder. Nothing was read or changed.",
+            path=status_path)
 
 
 def _status(given: PathLike | None) -> str | None:
