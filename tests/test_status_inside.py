@@ -43,3 +43,14 @@ def test_look_asks_the_disk_about_the_folder_holding_it(tmp_path: Path) -> None:
     assert inside(str(tmp_path / "tag" / "training_status.json"), look=is_tag) == str(tmp_path / "tag")
     assert inside(str(tmp_path / "training_status.json"), look=is_tag) is None
     assert inside(str(tmp_path / "tag" / "training_status.json")) is None  # without look: the path alone
+
+
+def test_without_a_bound_any_folder_above_by_name_a_url_too() -> None:
+    # Ray's checkpoint names are no user's: every folder above is looked at, on a disk or in a bucket.
+    def ray(name: str) -> bool:
+        return name.startswith("checkpoint_2026")
+
+    assert inside("s3://b/run/checkpoint_2026-12-07/x/status.json", named=ray) == "s3://b/run/checkpoint_2026-12-07"
+    assert inside("/runs/checkpoint_2026-12-07/status.json", named=ray) == "/runs/checkpoint_2026-12-07"
+    assert inside("s3://b/run/status.json", named=ray) is None
+    assert inside("/status.json", named=ray) is None

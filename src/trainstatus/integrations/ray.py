@@ -61,6 +61,7 @@ from .._remote.location import url_scheme
 from .._store import StatusStore
 from ._ray.storage import STATUS_FILE, Storage, is_checkpoint_name
 from ._ray.resume import newest_whole
+from ._shared.inside import inside
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "last_complete_checkpoint"]
 
@@ -231,11 +232,11 @@ def last_complete_checkpoint(run_path: PathLike, *, status_path: PathLike | None
 def _refuse_inside(status_path: str, action: str) -> None:
     """Refuse a status file (a path or a URL) inside one of a run's checkpoint folders, by the name
     Ray gives them: Ray's ``num_to_keep`` removes such a folder whole, the status file with it."""
-    folders = status_path.replace(os.sep, "/").split("/")[:-1]
-    named = [part for part in folders if is_checkpoint_name(part)]
-    if named:
+    where = inside(status_path, named=is_checkpoint_name)
+    if where is not None:
         raise TrainingStatusValueError(
-            f"{action}: the status file {status_path} would lie inside the checkpoint folder {named[-1]}, which Ray "
+            f"{action}: the status file {status_path} would lie inside the checkpoint folder "
+            f"{os.path.basename(where)}, which Ray "
             "removes whole when num_to_keep drops it, the status file with it. Keep it in the run's folder (the "
             "default), or pass status_path= outside every checkpoint folder. Nothing was read or changed.",
             path=status_path)

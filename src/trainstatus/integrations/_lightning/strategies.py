@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import lightning.pytorch.strategies as pl_strategies
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, Strategy
 from lightning.pytorch.strategies.xla import XLAStrategy
+from lightning.pytorch.trainer.states import TrainerFn
 
 from ..._errors import (
     TrainingStatusCheckpointError,
@@ -195,8 +196,9 @@ def refuse_reshard_at_load(strategy: Strategy, plugin: Any, timeout: float | Non
 
     def load_checkpoint(checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         given = os.fspath(checkpoint_path)
-        fitting = getattr(getattr(getattr(strategy.lightning_module, "trainer", None), "state", None), "fn", None)
-        optimizer = str(getattr(fitting, "value", fitting)) == "fit"  # DeepSpeed loads the optimizer only then
+        # DeepSpeedStrategy loads the optimizer's state when fitting only (its load_optimizer_states)
+        module = strategy.lightning_module
+        optimizer = module is not None and module.trainer.state.fn == TrainerFn.FITTING
 
         def check() -> None:
             if not isinstance(given, str) or "://" in given:
@@ -211,10 +213,12 @@ def refuse_reshard_at_load(strategy: Strategy, plugin: Any, timeout: float | Non
                           and isinstance(e.get("file_path"), str) and checkpoints.resolve(e["file_path"]) == target),
                          None)
             world = int(getattr(strategy, "world_size", 1))  # a ParallelStrategy's
-            why = None if entry is None else deepspeed_tags.refusal(entry, given, world, optimizer=optimizer)
+            if entry is None:
+                return
+            why = deepspeed_tags.refusal(entry, given, world, optimizer=optimizer)
             if why is not None:
                 raise TrainingStatusCheckpointError(f"Cannot resume from {given}: {why}. Nothing was loaded.",
-                                                    path=path, file_path=entry["file_path"] if entry else None)
+                                                    path=path, file_path=entry["file_path"])
 
         me = ranks()
         if me is None:

@@ -16,18 +16,19 @@ def inside(status_path: str, folder: str | None = None, *, named: Callable[[str]
 
     - ``folder`` (absolute), the one being saved or read, when the status file is in it or below;
     - else the nearest folder above the status file, and below ``under`` (absolute: the folder the
-      library saves its checkpoint folders in), whose name ``named`` says a checkpoint's is
-      (``checkpoint-12``, ``last.ckpt``): from the path alone, so the same on every rank, and safe
-      before a collective (a folder of the same name above ``under`` is the user's own);
+      library saves its checkpoint folders in; None: any, for names no user's folder has, as Ray's),
+      whose name ``named`` says a checkpoint's is (``checkpoint-12``, ``last.ckpt``): from the path
+      alone (a local path or a URL), so the same on every rank, and safe before a collective (a
+      folder of the same name above ``under`` is the user's own);
     - else, with ``look``, the folder holding the status file when ``look`` finds a checkpoint
       there on this host's disk (rank 0's to say, under ranks: another host may see another disk).
     """
     parent = os.path.dirname(status_path)
     if folder is not None and (parent == folder or parent.startswith(folder + os.sep)):
         return folder
-    if named is not None and under is not None and parent.startswith(under + os.sep):
+    if named is not None and (under is None or parent.startswith(under + os.sep)):
         above = parent
-        while above != under:
+        while above != under and os.path.dirname(above) != above:
             if named(os.path.basename(above)):
                 return above
             above = os.path.dirname(above)
