@@ -160,8 +160,13 @@ def train(options: dict[str, Any]) -> None:
                 ok = True
             except (Exception, CheckpointException) as exc:  # noqa: BLE001 - what dcp.load(<highest step-*>) raises
                 ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
-        say(event="theirs", path=theirs, ok=ok, error=error,
-            digest=disk_digest(theirs) if inplace and ok and rank == 0 else None)
+        digest = None
+        if inplace and ok and rank == 0:
+            try:
+                digest = disk_digest(theirs)
+            except (Exception, CheckpointException) as exc:  # noqa: BLE001 - loaded, yet not whole: a digest of no step
+                digest = f"unreadable ({type(exc).__name__})"
+        say(event="theirs", path=theirs, ok=ok, error=error, digest=digest)
 
     started = time.monotonic()
     try:

@@ -20,6 +20,7 @@ import gc
 import os
 import random
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -269,6 +270,17 @@ def _collector_left_on() -> Any:
     if not gc.isenabled():
         gc.enable()
         pytest.fail("the garbage collector was left disabled after this test", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _run_leases_released() -> Any:
+    """Release the run leases this process took in a test (``integrations._shared.lease``): in
+    pytest's process one test's "job" ends with the test, as a program's ends at its exit, and a
+    later test (or a child it starts) on a folder of the same name must not find it held."""
+    yield
+    lease = sys.modules.get("trainstatus.integrations._shared.lease")
+    if lease is not None:
+        lease.release_all()
 
 
 @pytest.fixture(scope="session")

@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 from _fake_group import World
+from _lease_holder import another_job
 
 from trainstatus import (
     CheckpointList,
     StatusStore,
     TrainingStatusCheckpointWarning,
+    TrainingStatusInUseError,
     TrainingStatusValueError,
 )
 from trainstatus.integrations import dcp
@@ -127,6 +129,24 @@ def test_save_unlists_the_folder_before_any_rank_writes_into_it(tmp_path: Path,
     assert seen_listed == [[], []]  # neither rank began its save while the folder was listed
     assert [outcome.result()["steps"] for outcome in entries] == [2, 2]
     assert listed(root) == [("latest", 2)]
+
+
+def test_a_second_job_on_the_folder_is_refused_on_every_rank_before_it_saves(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another job (its own process) trains into the same folder: this job's first save stops on
+    # both ranks, naming it, before any rank writes a shard or the status file changes.
+    world = World(tmp_path, monkeypatch)
+    root = world.root(0)
+    saves: list[str] = []
+    fake_torch_dcp(monkeypatch, lambda state_dict, checkpoint_id, **options: saves.append(checkpoint_id))
+    with another_job(str(root / dcp.STATUS_FILE), run="first-job") as job:
+        outcomes = world.run(*[lambda rank: dcp.save({"w": rank}, root / "step-1", 1, timeout=SECONDS)] * 2)
+        for outcome in outcomes:
+            with pytest.raises(TrainingStatusInUseError, match=f"another job is training on .*: process {job.pid} on "):
+                outcome.result()
+        with pytest.raises(TrainingStatusInUseError, match="run 'first-job'"):  # record alone, too
+            dcp.record(made(root / "step-0"), 0)
+    assert saves == [] and not (root / dcp.STATUS_FILE).exists()
 
 
 # -- wrong paths ----------------------------------------------------------------------------------

@@ -18,17 +18,20 @@ from typing import Any
 import pytest
 from _deepspeed_fake import FakeEngine, torch_saved
 from _fake_group import World
+from _lease_holder import another_job
 
 from trainstatus import (
     StatusStore,
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
+    TrainingStatusInUseError,
     TrainingStatusTypeError,
     TrainingStatusValueError,
     TrainingStatusWriteError,
 )
 from trainstatus.integrations import deepspeed
 from trainstatus.integrations._shared import choice as _choice
+from trainstatus.integrations._shared import lease as _lease
 from trainstatus.integrations._formats import deepspeed_tags as _tags
 
 SECONDS = 5.0  # every collective's timeout: a bug fails, never hangs
@@ -286,6 +289,21 @@ def test_a_stage_0_tag_of_another_world_size_loads_with_a_warning(tmp_path: Path
 
 
 # -- wrong paths and arguments ------------------------------------------------------------------
+
+
+def test_a_second_job_on_the_folder_is_refused_before_deepspeed_saves(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    saved(engine, tmp_path, range(1, 3))
+    _lease.release_all()  # that job (this process) ended
+    before = (tmp_path / deepspeed.STATUS_FILE).read_bytes()
+    with another_job(str(tmp_path / deepspeed.STATUS_FILE), run="first-job") as job:
+        engine.global_steps = 3
+        with pytest.raises(TrainingStatusInUseError, match=f"process {job.pid} on .*, run 'first-job'"):
+            deepspeed.save_checkpoint(engine, tmp_path)
+    assert not (tmp_path / "global_step3").exists() and (tmp_path / "latest").read_text() == "global_step2"
+    assert (tmp_path / deepspeed.STATUS_FILE).read_bytes() == before
+    saved(engine, tmp_path, range(3, 4))  # once that job is gone, this one saves and records
+    assert [e["steps"] for e in listed(tmp_path)] == [1, 2, 3]
 
 
 def test_a_tag_folder_given_for_save_dir_is_refused_naming_the_folder_above(tmp_path: Path) -> None:

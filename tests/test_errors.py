@@ -21,6 +21,7 @@ from trainstatus import (
     TrainingStatusError,
     TrainingStatusConflictError,
     TrainingStatusHistoryWarning,
+    TrainingStatusInUseError,
     TrainingStatusLockTimeout,
     TrainingStatusMissingWarning,
     TrainingStatusReadError,
@@ -51,6 +52,7 @@ ERRORS = {
     TrainingStatusCheckpointError: (OSError,),
     TrainingStatusDependencyError: (ImportError,),
     TrainingStatusBackendError: (),
+    TrainingStatusInUseError: (),
 }
 WARNINGS = (
     TrainingStatusWarning,

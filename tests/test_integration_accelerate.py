@@ -31,6 +31,7 @@ from typing import Any
 import _launch
 import pytest
 from _launch import Launch, Run, Workers, elastic, leftovers, restarted
+from _lease_holder import another_job
 from _trainer_child import users_line
 
 TRAINER = Path(__file__).resolve().parent / "_accelerate_trainer.py"
@@ -456,3 +457,23 @@ def test_an_elastic_restart_resumes_every_process_from_the_newest_recorded_check
                      bound=BOUND)
     after = restarted(launch)
     assert [e["step"] for e in after] == [2, 2] and after[0]["path"] == after[1]["path"] is not None, after
+
+
+def test_a_second_job_on_the_project_is_refused_on_every_process_before_it_saves(workers: Workers,
+                                                                                  tmp_path: Path) -> None:
+    # Another job holds the run lease of project/training_status.json: the first save_state stops on
+    # both processes alike, naming it, before Accelerate writes a file. Once it is gone, this one runs.
+    project = tmp_path / "project"
+    with another_job(str(project / "training_status.json"), run="first-job") as job:
+        launch = workers.start(2, dir=str(project), steps=2)
+        launch.finished(failed=2)
+    for rank in (0, 1):
+        error = launch.event("error", rank)
+        assert (error["step"], error["type"]) == (1, "TrainingStatusInUseError"), error
+        assert error["message"].startswith(
+            f"trainstatus.integrations.accelerate.save_state: another job is training on "
+            f"{project / 'training_status.json'}: process {job.pid} on "), error["message"]
+    assert on_disk(project) == [] and recorded(project) == []
+    workers.start(2, dir=str(project), steps=2).finished()
+    assert counters(project) == [0, 1]
+

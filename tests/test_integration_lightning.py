@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _lease_holder import another_job
 from _trainer_child import ChildTrainer, OwnResume, users_line
 
 from trainstatus import StatusStore
@@ -248,10 +250,11 @@ def test_a_failed_save_of_last_ckpt_leaves_the_old_file_and_no_temp(torch_python
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "True ['last.ckpt', 'training_status.json', 'training_status.json.lock']",
+        # The run lease of the status file (.run), held from the plugin's first save to the exit.
+        "True ['last.ckpt', 'training_status.json', 'training_status.json.lock', 'training_status.json.run']",
         "True True",
         "[(8, 'last.ckpt')]",
-        "['training_status.json', 'training_status.json.lock'] None",
+        "['training_status.json', 'training_status.json.lock', 'training_status.json.run'] None",
         # Nothing whole: None, said in a Lightning user's words, pointing at the call.
         str((None, [("<string>", f"No checkpoint recorded in {tmp_path / 'training_status.json'} can be resumed "
                                  "from: last.ckpt is not a whole torch checkpoint: its zip central directory cannot "
@@ -401,7 +404,9 @@ def test_a_power_loss_never_leaves_a_listed_checkpoint_gone_or_torn(torch_python
     saved = next(i for i, op in enumerate(operations) if op.startswith("rename(ckpts/.epoch=0-step=1.ckpt.trainstatus-")
                  and op.endswith(" -> ckpts/epoch=0-step=1.ckpt)"))
     assert operations[saved + 1] == "dirsync(ckpts)" and operations[saved - 1].startswith("fsync(#")
-    assert operations[-1] == "dirsync(run_logs)" and result["states"] > 50
+    # The record's write last, then the run lease emptied at teardown (not synced: it names a job only).
+    assert operations[-2] == "dirsync(run_logs)" and re.fullmatch(r"truncate\(#\d+, 0\)", operations[-1]), operations[-3:]
+    assert result["states"] > 50
 
 
 def test_the_run_folder_is_checked_from_any_current_directory(trained: Path) -> None:
@@ -503,8 +508,9 @@ def test_a_checkpoint_or_a_remote_folder_is_refused_never_a_fresh_run(torch_pyth
     assert remote_kind == "TrainingStatusValueError" and "remote storage" in remote, remote
 
 
-REMOTE_AT_SETUP = r"""
-import json, sys
+# A one-layer module that counts its steps, for the scripts below.
+TINY = r"""
+import json, os, sys
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -522,7 +528,9 @@ class Tiny(LightningModule):
         return torch.nn.functional.mse_loss(self.layer(x), y)
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
+"""
 
+REMOTE_AT_SETUP = TINY + r"""
 from lightning.pytorch.loggers import CSVLogger
 model = Tiny()
 data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
@@ -667,3 +675,49 @@ def test_a_status_file_inside_a_ckpt_folder_is_refused(torch_python: Path, tmp_p
     assert read[1].startswith(f"last_complete_checkpoint('{tmp_path / 'ckpts'}'): {said}"), read
     assert plugin[1].startswith(f"TrainStatusCheckpointIO: {said}"), plugin
     assert theirs == ["returned", "None"]
+
+
+SECOND_JOB = TINY + r"""
+folder, case = sys.argv[1], sys.argv[2]
+model = Tiny()
+data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+callbacks = [ModelCheckpoint(dirpath=folder, every_n_train_steps=2)]
+trainer = Trainer(max_steps=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                  plugins=[TrainStatusCheckpointIO()],
+                  callbacks=callbacks + ([TrainStatusCallback()] if case == "callback" else []))
+try:
+    trainer.fit(model, data)
+    print(json.dumps(["trained", model.steps, sorted(os.listdir(folder))]))
+except Exception as exc:
+    print(json.dumps([type(exc).__name__, str(exc), model.steps, sorted(os.listdir(folder))]))
+"""
+
+
+@pytest.mark.parametrize("case", ["callback", "plugin"])
+def test_a_second_job_on_the_folder_is_refused_before_it_writes(torch_python: Path, tmp_path: Path, case: str) -> None:
+    # Another job holds the run lease of ckpts/training_status.json. With TrainStatusCallback this job
+    # stops at the start of fit, before any step; with the plugin alone, at its first save, before
+    # the file is written. Once that job is gone, the same run trains and records.
+    folder = tmp_path / "ckpts"
+    command = [str(torch_python), "-c", SECOND_JOB, str(folder), case]
+    with another_job(str(folder / "training_status.json"), run="first-job") as job:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kind, message, trained, files = json.loads(done.stdout.splitlines()[-1])
+    who = "TrainStatusCallback" if case == "callback" else "TrainStatusCheckpointIO"
+    assert kind == "TrainingStatusInUseError", message
+    assert message.startswith(f"{who}: another job is training on {folder / 'training_status.json'}: process "
+                              f"{job.pid} on "), message
+    assert "run 'first-job'" in message
+    assert trained == (0 if case == "callback" else 2)
+    assert not [name for name in files if name.endswith(".ckpt")] and "training_status.json" not in files
+    # That job was killed: its lease is taken over (a note on the log), and given back at teardown.
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    kind, trained, files = json.loads(again.stdout.splitlines()[-1])
+    assert (kind, trained) == ("trained", 4), again.stderr[-3000:]
+    assert [name for name in files if not name.startswith(".training_status.json.history-")] == [
+        "epoch=1-step=4.ckpt", "training_status.json", "training_status.json.lock", "training_status.json.run"]
+    assert (folder / "training_status.json.run").read_bytes() == b""  # given back at teardown
+    assert f"trainstatus took over the run lease {folder / 'training_status.json.run'} from process {job.pid}" in (
+        again.stderr)
+

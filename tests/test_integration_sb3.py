@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _lease_holder import another_job
 from _trainer_child import ChildTrainer, OwnResume, users_line
 
 from trainstatus import StatusStore
@@ -450,3 +451,22 @@ def test_a_wrong_or_remote_path_is_refused_and_unrecorded_checkpoints_are_named(
         "last_complete_checkpoint() returns None: a new model starts at 0 timesteps. Load one yourself if you know "
         "it is whole (PPO.load(path)), or pass last_complete_checkpoint the name_prefix and status_path the callback "
         "was given."], unrecorded
+
+
+def test_a_second_job_on_the_save_path_is_refused_before_it_learns(torch_python: Path, tmp_path: Path) -> None:
+    # Another job holds the run lease of logs/training_status.json: learn() stops at the callback's
+    # start, naming it, with no timestep taken and no checkpoint written. Once it is gone, this one runs.
+    directory = tmp_path / "logs"
+    with another_job(str(directory / "training_status.json"), run="first-job") as job:
+        child = Trainer(torch_python, dir=str(directory), save_freq=SAVE_FREQ, steps=128)
+        child.until("ready")
+        child.process.wait(timeout=300)
+        stderr = child.process.stderr.read() if child.process.stderr else ""
+        child.kill()
+    assert child.process.returncode != 0 and "done" not in child.events
+    assert (f"TrainingStatusInUseError: TrainStatusCheckpointCallback: another job is training on "
+            f"{directory / 'training_status.json'}: process {job.pid} on ") in stderr, stderr[-3000:]
+    assert zips(directory) == [] and recorded(directory) == []
+    Trainer(torch_python, dir=str(directory), save_freq=SAVE_FREQ, steps=128).finish()
+    assert zips(directory) == ["rl_model_128_steps.zip", "rl_model_64_steps.zip"]
+

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -414,3 +415,32 @@ def test_a_status_file_inside_a_checkpoint_folder_is_refused(torch_python: Path,
     assert refusal.startswith(f"TrainStatusCallback: {said}"), refusal
     assert all(message.endswith("Nothing was read or changed.") for _, message in seen)
     assert not made
+
+
+def test_a_second_job_on_the_output_dir_is_refused_before_it_trains(torch_python: Path, tmp_path: Path) -> None:
+    # Job A trains into out/ (stopped by SIGSTOP once it began, holding its run lease); job B is
+    # started on the same out/: it stops at on_train_begin naming A, with no step trained and no
+    # folder written. A goes on to its end and leaves no lease; the next run resumes from A's.
+    out = tmp_path / "out"
+    first = Trainer(torch_python, dir=str(out), max_steps=8, limit=2)
+    try:
+        first.until("ready")
+        os.kill(first.process.pid, signal.SIGSTOP)
+        try:
+            second = Trainer(torch_python, dir=str(out), max_steps=8).finish()
+        finally:
+            os.kill(first.process.pid, signal.SIGCONT)
+        done = first.finish()["done"]
+    finally:
+        first.kill()
+    error = second["done"]["error"]
+    assert error.startswith(f"TrainingStatusInUseError: TrainStatusCallback: another job is training on "
+                            f"{out / 'training_status.json'}: process {first.process.pid} on "), error
+    assert ", started 20" in error and error.endswith("This job stopped before writing anything.")
+    assert "ready" not in second and second["done"]["step"] == 0
+    assert done["error"] is None and done["step"] == 8 and steps(out) == [6, 8] and folders(out) == [
+        "checkpoint-6", "checkpoint-8"]
+    assert (out / "training_status.json.run").read_bytes() == b""  # A ended: nothing for the next job to take over
+    third = Trainer(torch_python, dir=str(out), max_steps=10).finish()
+    assert third["resumed"]["path"] == str(out / "checkpoint-8") and third["done"]["error"] is None
+

@@ -31,6 +31,7 @@ EXPECTED_ALL = [
     "TrainingStatusDependencyError",
     "TrainingStatusError",
     "TrainingStatusHistoryWarning",
+    "TrainingStatusInUseError",
     "TrainingStatusLockTimeout",
     "TrainingStatusMissingWarning",
     "TrainingStatusReadError",

@@ -31,6 +31,7 @@ __all__ = [
     "TrainingStatusDependencyError",
     "TrainingStatusError",
     "TrainingStatusHistoryWarning",
+    "TrainingStatusInUseError",
     "TrainingStatusLockTimeout",
     "TrainingStatusMissingWarning",
     "TrainingStatusReadError",
@@ -268,6 +269,22 @@ class TrainingStatusCollectiveError(TrainingStatusError, TimeoutError):
     def __reduce__(self) -> tuple[Any, ...]:
         context = self._context()
         context["rank"] = self.rank
+        return (_rebuild, (type(self), str(self), context))
+
+
+class TrainingStatusInUseError(TrainingStatusError):
+    """Another job is training on this status file: it holds the run lease ``lock_file``
+    (``<status file>.run``) beside it. ``holder`` is what that job wrote there (``pid``, ``host``,
+    ``started``, ``run``, ``program``; {} when it could not be read). Nothing was trained or written.
+    """
+
+    def __init__(self, message: str, *, holder: dict[str, Any] | None = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.holder = dict(holder or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        context = self._context()
+        context["holder"] = self.holder
         return (_rebuild, (type(self), str(self), context))
 
 

@@ -42,6 +42,11 @@ class _Logger:
         if real is not None:
             real.debug(msg, *args, stacklevel=2)
 
+    def warning(self, msg: str, *args: object) -> None:
+        real = self._logger()
+        if real is not None:
+            real.warning(msg, *args, stacklevel=2)
+
     def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging's name
         real = self._logger()
         return real is not None and bool(real.isEnabledFor(level))

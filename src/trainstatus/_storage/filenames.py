@@ -29,6 +29,7 @@ __all__ = [
     "history_pattern",
     "lease_name",
     "lock_name",
+    "run_name",
     "temp_name",
     "temp_pattern",
 ]
@@ -37,6 +38,7 @@ NAME_MAX = 255  # bytes; the limit of every filesystem a status file is expected
 
 _LOCK = ".lock"
 _LEASE = ".softlock"
+_RUN = ".run"
 _TEMP_MARK = ".trainstatus-"
 _TEMP_RANDOM = 16  # hex digits
 _TEMP_SUFFIX = ".tmp"
@@ -75,6 +77,11 @@ def lock_name(name: str) -> str:
 def lease_name(name: str) -> str:
     """The soft lease's name for status file ``name``: ``<name>.softlock``."""
     return _stem(name, len(_LEASE)) + _LEASE
+
+
+def run_name(name: str) -> str:
+    """The run lease's name for status file ``name`` (``integrations._shared.lease``): ``<name>.run``."""
+    return _stem(name, len(_RUN)) + _RUN
 
 
 def temp_name(name: str, random_hex: str) -> str:

@@ -60,6 +60,7 @@ from ._accelerate.places import place as _place
 from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
 from ._ranks import saving as _saving
+from ._shared import lease as _lease
 from ._shared.choice import Words, choose, warn_passed_over
 from ._shared.upkeep import drop
 
@@ -207,6 +208,7 @@ def _clear(place: Place, name: str, step: int, automatic: bool) -> None:
     folder in its way (automatic naming)."""
     folder = os.path.join(place.root, name)
     os.makedirs(place.root, exist_ok=True)
+    _lease.take(place.status, "trainstatus.integrations.accelerate.save_state")  # one job per status file
     store = StatusStore(place.status)
     try:
         checkpoints = CheckpointList(store, CATEGORY, keep=None, root=place.root)

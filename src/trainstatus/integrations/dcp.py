@@ -58,6 +58,7 @@ from .._store import StatusStore
 from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
+from ._shared import lease as _lease
 from ._shared.choice import choose_unlisting, later, left_listed, reasons, recorded
 from ._dcp.places import refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_unrecorded
 from ._ranks.hosts import ranks
@@ -110,6 +111,8 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
         # Rank 0's checks: their error reaches every rank (another rank may see another filesystem,
         # and a rank raising alone leaves the others in the collective).
         refuse_status_inside(path, folder, f"record {folder}")
+        _lease.take(path, "trainstatus.integrations.dcp.record",  # one job per status file (lease.py)
+                    stopped=f"Nothing was recorded; {folder} is left as dcp.save wrote it.")
         if not os.path.isfile(os.path.join(folder, METADATA)):
             raise TrainingStatusCheckpointError(
                 f"Cannot record {folder}: it has no {METADATA}, which torch.distributed.checkpoint writes last. "
@@ -166,6 +169,7 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
 
     def unlist() -> None:
         refuse_status_inside(path, folder, f"save into {folder}")  # rank 0's: its error reaches every rank
+        _lease.take(path, "trainstatus.integrations.dcp.save")  # one job per status file (lease.py)
         if not recorded(path):
             return  # nothing is listed: nothing to drop
         store = StatusStore(path)

@@ -67,6 +67,7 @@ from ._ranks.hosts import ranks
 from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
+from ._shared import lease as _lease
 from ._shared.choice import choose_unlisting, later, left_listed, reasons, recorded
 from ._shared.upkeep import drop
 
@@ -122,6 +123,7 @@ def save_checkpoint(engine: Any, save_dir: PathLike, tag: Any = None, client_sta
         # Rank 0's (its error reaches every rank): what it sees of the filesystem may not be
         # what another rank sees, and a rank raising alone leaves the others in the collective.
         refuse_status_inside(path, folder, f"save into {folder}")
+        _lease.take(path, "trainstatus.integrations.deepspeed.save_checkpoint")  # one job per status file
         if save_latest:
             latest.forget(root, name)
         if not recorded(path):

@@ -69,14 +69,18 @@ from ._lightning.common import (
     local,
     refuse_remote,
     refuse_status_inside,
+    replaced,
     resume_folder,
     score,
+    status_files,
     unrecorded,
     whole,
 )
 from ._lightning.common import status_path as _status_path
 from ._ranks import hosts as _hosts
+from ._ranks.collectives import on_rank_0
 from ._ranks import resuming as _resuming
+from ._shared import lease as _lease
 from ._shared.choice import Words, pick, warn_passed_over
 from ._shared.upkeep import drop, remove_stale_temps
 
@@ -146,8 +150,12 @@ class TrainStatusCheckpointIO(CheckpointIO):
         folder = os.path.abspath(os.fspath(dirpath))
         checkpoints = self._lists.get(folder)
         if checkpoints is None:
-            refuse_status_inside(folder, _status_path(folder, self.status_path), "TrainStatusCheckpointIO")
-            store = StatusStore(_status_path(folder, self.status_path))
+            path = _status_path(folder, self.status_path)  # absolute: both are
+            refuse_status_inside(folder, path, "TrainStatusCheckpointIO")
+            # One job per status file (the callback takes it before the first step; alone, the
+            # plugin before its first write), until teardown.
+            _lease.take(path, "TrainStatusCheckpointIO", stopped="Nothing was saved or recorded.")
+            store = StatusStore(path)
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=folder)
             self._lists[folder] = checkpoints
             _remove_stale_temps(folder)
@@ -188,7 +196,7 @@ class TrainStatusCheckpointIO(CheckpointIO):
                                    synced=True)
         # One entry per file: the older ones naming this file (saved over: last.ckpt) name a
         # checkpoint that is gone, as do those whose file Lightning replaced by a link.
-        drop(checkpoints, lambda entry: _replaced(checkpoints, entry, name), keep=recorded)
+        drop(checkpoints, lambda entry: replaced(checkpoints, entry, name), keep=recorded)
 
     def remove_checkpoint(self, path: Any) -> None:
         target = local(path, "remove")
@@ -207,6 +215,7 @@ class TrainStatusCheckpointIO(CheckpointIO):
     def teardown(self) -> None:
         self.checkpoint_io.teardown()
         for checkpoints in self._lists.values():
+            _lease.release(checkpoints.store.path)
             checkpoints.store.close()
         self._lists.clear()
 
@@ -267,6 +276,7 @@ class TrainStatusCallback(pl.Callback):
         self.sharded = sharded
         self._undo: list[Any] = []  # what unwraps the strategy's methods
         self._wrapped: Any = None  # the strategy wrapped, while it is
+        self._leases: list[str] = []  # the status files whose run lease on_fit_start took
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         strategy = trainer.strategy
@@ -296,16 +306,23 @@ class TrainStatusCallback(pl.Callback):
         refuse_remote(trainer.checkpoint_callbacks)
         plugin = trainer.strategy.checkpoint_io
         given = plugin.status_path if isinstance(plugin, TrainStatusCheckpointIO) else None
-        for callback in trainer.checkpoint_callbacks:  # every rank alike, before any save
-            dirpath = getattr(callback, "dirpath", None)
-            if given is not None and dirpath is not None:
-                refuse_status_inside(os.path.abspath(os.fspath(dirpath)), given, "TrainStatusCallback")
+        paths = status_files(trainer.checkpoint_callbacks, given)
+        if paths:  # one job per status file: rank 0 takes each's run lease now (till teardown), for every rank
+            self._leases = paths  # before: a refusal of the second must give the first back (on_exception)
+            on_rank_0(lambda: [_lease.take(path, "TrainStatusCallback") for path in paths],
+                      _strategies.timeout_of(trainer.strategy), "taking the run lease of " + ", ".join(paths))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._unwrap()
+        self._end()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._unwrap()  # Lightning does not call teardown after an exception
+        self._end()  # Lightning does not call teardown after an exception
+
+    def _end(self) -> None:
+        self._unwrap()
+        for path in self._leases:
+            _lease.release(path)  # nothing where this process holds none (a rank other than 0)
+        self._leases = []
 
     def _unwrap(self) -> None:
         for undo in self._undo:
@@ -395,13 +412,6 @@ def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _replaced(checkpoints: CheckpointList, entry: Mapping[str, Any], saved: str) -> bool:
-    """Whether ``entry`` names a file that no longer holds its checkpoint: the file just saved
-    again under the same name (``last.ckpt``), or a link Lightning put in the place of the file."""
-    path = checkpoints.resolve(entry["file_path"])
-    return path == checkpoints.resolve(saved) or os.path.islink(path)
 
 
 def _remove_stale_temps(folder: str) -> None:

@@ -43,6 +43,7 @@ from .._errors import (
     warn,
 )
 from .._store import StatusStore
+from ._shared import lease as _lease
 from ._shared.choice import Words, choose, pick, reasons, warn_passed_over
 from ._shared.upkeep import remove_stale_temps
 
@@ -122,6 +123,9 @@ class TrainStatusCheckpointCallback(CheckpointCallback):
 
     def _init_callback(self) -> None:
         super()._init_callback()  # makes save_path (and the folders above it that were missing)
+        # One job per status file, until learn() ends; before anything here touches its folder
+        # (the temp files below may be another job's saves in progress).
+        _lease.take(self.status_path, "TrainStatusCheckpointCallback")
         _remove_stale_temps(self.save_path, self.name_prefix)
         checkpoints = self.checkpoints  # open the status file now: a bad one fails before training
         # save_path may be new (and its parents): its entry must be durable before a checkpoint
@@ -196,6 +200,7 @@ class TrainStatusCheckpointCallback(CheckpointCallback):
         return sum(rewards) / len(rewards) if rewards else None
 
     def _on_training_end(self) -> None:
+        _lease.release(self.status_path)
         if self._checkpoints is not None:
             self._checkpoints.store.close()
             self._checkpoints = None

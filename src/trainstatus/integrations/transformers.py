@@ -29,7 +29,6 @@ Usage (two lines differ from Transformers' own recipe)::
 from __future__ import annotations
 
 import functools
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from .._store import StatusStore
 from ._ranks import hosts as _hosts
 from ._ranks import resuming as _resuming
 from ._ranks import saving as _saving
+from ._shared import lease as _lease
 from ._shared.choice import Words, newest_whole, pick, reasons, warn_passed_over
 from ._transformers.folders import (
     note_world_size,
@@ -66,7 +66,7 @@ from ._transformers.folders import (
     warn_unrecorded,
     whole,
 )
-from ._transformers.upkeep import Best, best_fix, drop_later, remove, rotate
+from ._transformers.upkeep import Best, best_fix, drop_later, metric, remove, rotate
 from ._transformers.upkeep import output_dir as _output_dir
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "last_complete_checkpoint"]
@@ -149,6 +149,8 @@ class TrainStatusCallback(TrainerCallback):
         """The ``CheckpointList`` the checkpoints of ``args.output_dir`` are recorded in (opened on first use)."""
         root = os.path.abspath(_output_dir(args))
         if self._checkpoints is None or self._checkpoints.root != root:
+            if self._checkpoints is not None:  # another output_dir: the job of the old one has ended
+                _lease.release(self._checkpoints.store.path)
             self._close()
             store = StatusStore(_status_path(root, self.status_path))
             self._checkpoints = CheckpointList(store, CATEGORY, keep=None, root=root)
@@ -185,6 +187,9 @@ class TrainStatusCallback(TrainerCallback):
             state.best_model_checkpoint, state.best_metric, state.best_global_step = fix
 
     def _begin(self, args: TrainingArguments, state: TrainerState) -> Best | None:
+        # One job per status file, from here to on_train_end: a second one stops before it trains.
+        _lease.take(_status_path(os.path.abspath(_output_dir(args)), self.status_path), "TrainStatusCallback",
+                    run=getattr(args, "run_name", None))
         checkpoints = self.checkpoints(args)  # a bad status file fails before training
         drop_later(checkpoints, state.global_step, _output_dir(args))
         return best_fix(checkpoints, args, state)
@@ -215,7 +220,7 @@ class TrainStatusCallback(TrainerCallback):
             )
         # add() fsyncs each file, each folder and the folders above up to the status file's, unless
         # every rank did already (synced: _saving.record, which also has world_size kept).
-        return checkpoints._add(state.global_step, name, reward=_metric(args, state), synced=synced,
+        return checkpoints._add(state.global_step, name, reward=metric(args, state), synced=synced,
                                 fields=_saving.entry_fields())
 
     @property
@@ -235,6 +240,8 @@ class TrainStatusCallback(TrainerCallback):
             remove(checkpoints, lambda entry: checkpoints.resolve(entry["file_path"]) != best)
         if self._taken is not None and args.save_total_limit is None:
             args.save_total_limit = self._taken
+        if writer:
+            _lease.release(_status_path(os.path.abspath(_output_dir(args)), self.status_path))
         self._close()
 
     def _close(self) -> None:
@@ -362,23 +369,6 @@ def _warn_alone(root: str, status_path: str) -> None:
             "resume_from_checkpoint=True to a Trainer holding TrainStatusCallback.",
             path=status_path, category=CATEGORY,
         ))
-
-
-def _metric(args: TrainingArguments, state: TrainerState) -> float | None:
-    """This checkpoint's value of the metric the Trainer ranks checkpoints by, as it logged it at
-    this step (``_determine_best_metric``'s ``eval_`` prefix), or None (not evaluated here)."""
-    name = args.metric_for_best_model
-    if not name:
-        return None
-    key = name if name.startswith("eval_") else f"eval_{name}"
-    for logged in reversed(state.log_history):
-        if logged.get("step") == state.global_step and key in logged:
-            try:
-                value = float(logged[key])
-            except (TypeError, ValueError):
-                return None
-            return value if not math.isinf(value) else None
-    return None
 
 
 def _route_resume() -> None:

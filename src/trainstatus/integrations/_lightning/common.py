@@ -16,8 +16,8 @@ from .._formats import deepspeed_tags as _deepspeed_tags
 from .._formats import torch_zip as _torch_zip
 from .._shared.inside import inside
 
-__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "deepspeed_problem", "local", "refuse_status_inside", "score",
-           "status_path", "whole"]
+__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "deepspeed_problem", "local", "refuse_status_inside", "replaced", "score",
+           "status_files", "status_path", "whole"]
 
 STATUS_FILE = "training_status.json"
 """The status file's name in the checkpoint's folder when no ``status_path`` is given."""
@@ -195,6 +195,23 @@ def refuse_remote(callbacks: list[Any]) -> None:
             "recorded, and the first save would fail. Give ModelCheckpoint a local dirpath, or leave trainstatus's "
             "plugin and callback out of this run. Nothing was trained."
         )
+
+
+def replaced(checkpoints: Any, entry: Mapping[str, Any], saved: str) -> bool:
+    """Whether ``entry`` names a file that no longer holds its checkpoint: the file just saved
+    again under the same name (``last.ckpt``), or a link Lightning put in the place of the file."""
+    path = checkpoints.resolve(entry["file_path"])
+    return path == checkpoints.resolve(saved) or os.path.islink(path)
+
+
+def status_files(callbacks: list[Any], given: str | None) -> list[str]:
+    """The status file of each ``ModelCheckpoint``'s folder (``given``: the plugin's status_path),
+    at the start of fit; one given inside a folder's checkpoint is refused (every rank alike)."""
+    folders = [os.path.abspath(os.fspath(c.dirpath)) for c in callbacks if getattr(c, "dirpath", None) is not None]
+    for folder in folders:
+        if given is not None:
+            refuse_status_inside(folder, given, "TrainStatusCallback")
+    return sorted({status_path(folder, given) for folder in folders})
 
 
 def unrecorded(folder: str, status_path: str, entries: list[Any]) -> str | None:

@@ -27,7 +27,7 @@ from ..._errors import TrainingStatusCollectiveError, TrainingStatusError
 from . import hosts as _hosts
 from .hosts import Hosts, Ranks
 
-__all__ = ["DEFAULT_TIMEOUT", "Link", "Progress", "barrier", "broadcast", "from_rank_0", "gather", "group", "hosts_of"]
+__all__ = ["DEFAULT_TIMEOUT", "Link", "Progress", "barrier", "broadcast", "from_rank_0", "gather", "group", "hosts_of", "on_rank_0"]
 
 DEFAULT_TIMEOUT = 1800.0
 """Seconds a collective waits for every rank when no timeout is given: torch's own default
@@ -269,6 +269,15 @@ def from_rank_0(produce: Callable[[], T], me: Ranks, link: Link, doing: str, ste
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome  # type: ignore[no-any-return]
+
+
+def on_rank_0(produce: Callable[[], T], timeout: float | None, doing: str) -> T:
+    """``produce()`` run by rank 0 alone, its outcome (or its error) on every rank; without a
+    process group of two ranks or more, ``produce()``. Every rank calls it at the same step."""
+    me = _hosts.ranks()
+    if me is None:
+        return produce()
+    return from_rank_0(produce, me, group(timeout, doing), doing)
 
 
 def _shipped(exc: Exception, me: Ranks, doing: str) -> TrainingStatusError:

@@ -22,7 +22,7 @@ from .._shared.choice import choose, reasons
 from .._shared.upkeep import drop
 from .folders import problem, whole
 
-__all__ = ["Best", "best_fix", "drop_later", "output_dir", "remove", "rotate"]
+__all__ = ["Best", "best_fix", "drop_later", "metric", "output_dir", "remove", "rotate"]
 
 Best = tuple[str | None, float | None, int | None]
 """``state.best_model_checkpoint``, ``best_metric`` and ``best_global_step``, as ``best_fix`` sets them."""
@@ -134,3 +134,20 @@ def _greater_is_better(args: TrainingArguments) -> bool:
     if args.greater_is_better is not None:
         return bool(args.greater_is_better)
     return not str(args.metric_for_best_model or "loss").endswith("loss")  # TrainingArguments' default
+
+
+def metric(args: TrainingArguments, state: TrainerState) -> float | None:
+    """This checkpoint's value of the metric the Trainer ranks checkpoints by, as it logged it at
+    this step (``_determine_best_metric``'s ``eval_`` prefix), or None (not evaluated here)."""
+    name = args.metric_for_best_model
+    if not name:
+        return None
+    key = name if name.startswith("eval_") else f"eval_{name}"
+    for logged in reversed(state.log_history):
+        if logged.get("step") == state.global_step and key in logged:
+            try:
+                value = float(logged[key])
+            except (TypeError, ValueError):
+                return None
+            return value if not math.isinf(value) else None
+    return None
