@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 # Takes the lease of argv[1] (run name argv[2]), says "held", and waits for a line on stdin (then
 # exits normally: atexit releases) or its end. With argv[3] == "fork" it first forks a child that
-# outlives it, and prints the child's pid before "held"; with "race", it takes the lease once a
+# outlives it, and prints the child's pid before "held" (and the child, "child", in any order); with "race", it takes the lease once a
 # first line comes on stdin, and says "refused <holder's pid>" if another holds it.
 JOB = textwrap.dedent("""
     import os, sys, time
@@ -30,7 +30,8 @@ JOB = textwrap.dedent("""
         lease.take(status, "job", run=run)
     if how == "fork":
         child = os.fork()
-        if child == 0:
+        if child == 0:  # its fork handlers have run by now: it says so
+            print("child", flush=True)
             time.sleep(60)
             os._exit(0)
         print(child, flush=True)
