@@ -12,30 +12,32 @@ from collections.abc import Iterator
 
 # Takes the lease of argv[1] (run name argv[2]), says "held", and waits for a line on stdin (then
 # exits normally: atexit releases) or its end. With argv[3] == "fork" it first forks a child that
-# outlives it, and prints the child's pid before "held" (and the child, "child", in any order); with "race", it takes the lease once a
-# first line comes on stdin, and says "refused <holder's pid>" if another holds it.
+# outlives it, and prints the child's pid before "held" (and the child, "child", in any order);
+# with "race", it takes the lease once a first line comes on stdin, and says "refused <holder's
+# pid>" if another holds it.
 JOB = textwrap.dedent("""
     import os, sys, time
     from trainstatus import TrainingStatusInUseError
     from trainstatus.integrations._shared import lease
     status, run, how = sys.argv[1], sys.argv[2], sys.argv[3]
+    say = lambda text: os.write(1, f"{text}\\n".encode())  # one write a line: the child's never splits the parent's
     if how == "race":  # started beside another: says which it was, and holds on until told
         sys.stdin.readline()
         try:
             lease.take(status, "job", run=run)
         except TrainingStatusInUseError as exc:
-            print("refused", exc.holder.get("pid"), flush=True)
+            say(f"refused {exc.holder.get('pid')}")
             sys.exit(0)
     else:
         lease.take(status, "job", run=run)
     if how == "fork":
         child = os.fork()
         if child == 0:  # its fork handlers have run by now: it says so
-            print("child", flush=True)
+            say("child")
             time.sleep(60)
             os._exit(0)
-        print(child, flush=True)
-    print("held", flush=True)
+        say(child)
+    say("held")
     sys.stdin.readline()
 """)
 

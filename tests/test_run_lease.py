@@ -47,8 +47,9 @@ def start(jobs: list[subprocess.Popen[str]], status: str, run: str = "other-run"
     assert job.stdout is not None
     if how == "fork":  # the child's pid, "held", and the child's "child" (once its fork handlers ran), in any order
         lines = [job.stdout.readline().strip() for _ in range(3)]
-        jobs.append(_Pid(int(next(line for line in lines if line.isdigit()))))  # type: ignore[arg-type]
-        assert sorted(line for line in lines if not line.isdigit()) == ["child", "held"], lines
+        pids = [int(line) for line in lines if line.isdigit()]
+        jobs.extend(_Pid(pid) for pid in pids)  # type: ignore[misc]
+        assert len(pids) == 1 and sorted(line for line in lines if not line.isdigit()) == ["child", "held"], lines
         return job
     line = job.stdout.readline().strip()
     assert line == "held", line
