@@ -66,7 +66,7 @@ else:
 
     filelock = lazy_module("filelock")  # imported by the first lock taken (see _lazy)
 
-__all__ = ["LOCK_MODES", "SOFT_LEASE_SECONDS", "PathLock", "generation", "lock_for"]
+__all__ = ["LOCK_MODES", "NO_FLOCK", "SOFT_LEASE_SECONDS", "PathLock", "generation", "lock_for"]
 
 LOCK_MODES = ("flock", "soft")
 # Every writer of one file must agree on this (filelock refuses a lease of another duration). A
@@ -78,7 +78,7 @@ SOFT_LEASE_SECONDS = 10.0
 _SOFT_POLL = 0.005
 # flock errors that mean "this filesystem has no flock" (some network filesystems): soft mode goes on
 # with its lease alone.
-_NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
+NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
 
 
 class PathLock:
@@ -160,7 +160,7 @@ class PathLock:
         except _descriptor._Unfinished as exc:
             raise self._unfinished(shown, path, exc.claimer) from None
         except _descriptor._CannotFlock as exc:
-            if self._lease is None or exc.error.errno not in _NO_FLOCK:
+            if self._lease is None or exc.error.errno not in NO_FLOCK:
                 raise self._cannot_flock(path, exc.error) from exc.error
         except OSError as exc:  # cannot create or open the lock file
             raise self._cannot_lock(path, exc) from exc

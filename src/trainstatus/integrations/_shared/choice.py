@@ -67,7 +67,7 @@ def choose_unlisting(checkpoints: CheckpointList, check: Callable[[dict[str, Any
         try:
             drop(checkpoints, lambda e: later(e, newest))
         except TrainingStatusWriteError as exc:
-            if exc.errno not in _READ_ONLY:
+            if exc.errno not in READ_ONLY:
                 raise
             return entry, skipped, exc
     return entry, skipped, None
@@ -80,7 +80,7 @@ def left_listed(path: str, refused: TrainingStatusWriteError) -> str:
             "first save fails otherwise).")
 
 
-_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # the status file's write refused, not failed
+READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # the status file's write refused, not failed
 
 
 def pick(status_path: str, category: str, root: str, check: Callable[[dict[str, Any]], bool],

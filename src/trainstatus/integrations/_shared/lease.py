@@ -51,7 +51,9 @@ import orjson
 from ... import _log as logging
 from ..._errors import TrainingStatusInUseError, TrainingStatusWarning, warn
 from ..._lock.holders import program
+from ..._lock.path_lock import NO_FLOCK
 from ..._storage.filenames import run_name
+from .choice import READ_ONLY  # this process cannot make or write the file
 
 __all__ = ["describe", "held", "lease_file", "release", "release_all", "take"]
 
@@ -60,10 +62,6 @@ logger = logging.getLogger("trainstatus")
 _TRIES = 20  # a lease file deleted under us this many times in a row: something deletes it at once
 _MAX = 4096
 _HOLDER_WAIT = 1.0  # seconds a refused job waits for a holder that has just locked to write its name
-# The filesystem has no flock: the job goes on without a lease (see the module's docstring).
-_NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
-# This process cannot make or write the file.
-_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 DONE = "This job stopped before writing anything."
 
 _mutex = threading.Lock()
@@ -153,7 +151,7 @@ def _open(lease: str, who: str) -> int | None:
             os.makedirs(os.path.dirname(lease), exist_ok=True)  # the job's first use of its output folder
             return os.open(lease, flags, 0o666)
     except OSError as exc:
-        if exc.errno not in _READ_ONLY:
+        if exc.errno not in READ_ONLY:
             raise
         try:
             return os.open(lease, os.O_RDONLY | os.O_CLOEXEC)  # another user's: a lock on it still excludes
@@ -176,7 +174,7 @@ def _lock(fd: int, lease: str, status_path: str, who: str, stopped: str) -> bool
         raise TrainingStatusInUseError(_refusal(who, status_path, lease, found or {}, stopped), holder=found,
                                        path=status_path, lock_file=lease) from None
     except OSError as exc:
-        if exc.errno not in _NO_FLOCK:
+        if exc.errno not in NO_FLOCK:  # none here: the job goes on without a lease (above)
             raise
         warn(TrainingStatusWarning(
             f"{who}: the filesystem of {lease} has no flock ({exc.strerror}), so this job cannot hold the run "
@@ -204,7 +202,7 @@ def _write(fd: int, fields: dict[str, Any], lease: str) -> None:
         os.pwrite(fd, data, 0)  # then cut: a job refused meanwhile reads a whole text, never an empty one
         os.ftruncate(fd, len(data))
     except OSError as exc:
-        if exc.errno not in (*_READ_ONLY, errno.EBADF):  # EBADF: opened read-only (another user's file)
+        if exc.errno not in (*READ_ONLY, errno.EBADF):  # EBADF: opened read-only (another user's file)
             raise
         logger.debug("could not name this job in the run lease %s: %s", lease, exc)
 
