@@ -150,7 +150,7 @@ def run(options: dict[str, Any]) -> None:
     from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
     from torch.utils.data import DataLoader, TensorDataset
 
-    import trainstatus.integrations.lightning as integration
+    import trainstatus.integrations._lightning.resume as integration  # its decide reads through pick
     from trainstatus import TrainingStatusError
     from trainstatus.integrations.lightning import (
         TrainStatusCallback,

@@ -26,7 +26,10 @@ TORCH = "torch==2.13.0"
 # One list per integration: a new one adds its packages here.
 LIBRARIES = {
     "sb3": ["stable-baselines3", "gymnasium"],
-    "lightning": ["lightning"],
+    # s3fs: ModelCheckpoint(dirpath="s3://...") (Lightning writes through fsspec); boto3: the status
+    # file beside it (trainstatus[s3]), at the botocore s3fs's aiobotocore pins: an open boto3 makes
+    # pip try hundreds of releases before it finds one (minutes).
+    "lightning": ["lightning", "s3fs", "boto3>=1.43.115,<1.43.118"],
     "transformers": ["transformers", "accelerate", "safetensors"],
     "accelerate": ["accelerate"],
 }

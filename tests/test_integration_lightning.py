@@ -20,6 +20,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _lease_holder import another_job
@@ -236,7 +237,7 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     print((last_complete_checkpoint(folder), [(os.path.basename(w.filename), str(w.message)) for w in caught]))
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
-for attempt in (lambda: plugin.save_checkpoint({"global_step": 9}, "s3://bucket/last.ckpt"),
+for attempt in (lambda: plugin.save_checkpoint({"global_step": 9}, "memory://bucket/last.ckpt"),
                 lambda: TrainStatusCheckpointIO(AsyncCheckpointIO())):
     try:
         attempt()
@@ -264,7 +265,9 @@ def test_a_failed_save_of_last_ckpt_leaves_the_old_file_and_no_temp(torch_python
                                  f"them out of {tmp_path}, "
                                  "or give ModelCheckpoint another dirpath; if you have whole copies of them, put them "
                                  f"back in {tmp_path} and start again.")])),
-        "TrainingStatusError TrainStatusCheckpointIO cannot save 's3",
+        # A remote folder is recorded (test_a_run_on_s3_...), on a store trainstatus keeps a status file on:
+        # fsspec's memory:// is none, and nothing is uploaded before that is said.
+        "TrainingStatusValueError Cannot tell where to keep the status file of ModelCheckpoint's dirpath in memory",
         ("TrainingStatusTypeError TrainStatusCheckpointIO checkpoint_io= must be a Lightning CheckpointIO that has "
          "written the file when save_checkpoint returns (TorchCheckpointIO, the default), not 'AsyncCheckpointIO'"),
     ]
@@ -483,7 +486,9 @@ seen = []
 named = os.path.join(sys.argv[2], "model.ckpt")  # a dirpath that only looks like a checkpoint: it holds the list
 os.makedirs(named)
 open(os.path.join(named, "training_status.json"), "w").write("{}")
-for given in (os.path.join(folder, "last.ckpt"), "s3://bucket/ckpts", named):
+import fsspec
+fsspec.filesystem("memory").pipe("bucket/ckpts/last.ckpt", b"a checkpoint")  # Lightning's own upload, in a word
+for given in (os.path.join(folder, "last.ckpt"), "memory://bucket/ckpts/last.ckpt", named):
     try:
         seen.append(["returned", last_complete_checkpoint(given)])
     except Exception as exc:
@@ -492,10 +497,10 @@ print(json.dumps(seen))
 """
 
 
-def test_a_checkpoint_or_a_remote_folder_is_refused_never_a_fresh_run(torch_python: Path, trained: Path,
+def test_a_checkpoint_given_for_its_folder_is_refused_locally_and_remotely(torch_python: Path, trained: Path,
                                                                       tmp_path: Path) -> None:
-    # last_complete_checkpoint("ckpts/last.ckpt") and an s3:// dirpath used to return None: the run
-    # trained from step 0 with no word.
+    # last_complete_checkpoint("ckpts/last.ckpt") used to return None, and the run trained from
+    # step 0 with no word; so did a remote checkpoint given for its folder.
     done = subprocess.run([str(torch_python), "-c", WRONG_PATHS, str(trained), str(tmp_path)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -505,7 +510,10 @@ def test_a_checkpoint_or_a_remote_folder_is_refused_never_a_fresh_run(torch_pyth
     assert message.startswith(f"last_complete_checkpoint('{trained / 'last.ckpt'}'): {trained / 'last.ckpt'} is a "
                               f"checkpoint itself. Pass the folder that holds the checkpoints (ModelCheckpoint's "
                               f"dirpath), {trained}:"), message
-    assert remote_kind == "TrainingStatusValueError" and "remote storage" in remote, remote
+    assert remote_kind == "TrainingStatusValueError", remote
+    assert remote.startswith("last_complete_checkpoint('memory://bucket/ckpts/last.ckpt'): memory://bucket/ckpts/"
+                             "last.ckpt is a checkpoint itself. Pass the folder that holds the checkpoints "
+                             "(ModelCheckpoint's dirpath), memory://bucket/ckpts:"), remote
 
 
 # A one-layer module that counts its steps, for the scripts below.
@@ -552,10 +560,10 @@ except Exception as exc:
 @pytest.mark.parametrize("case", ["dirpath", "logger", "root"])
 def test_a_remote_checkpoint_folder_is_refused_before_anything_trains(torch_python: Path, tmp_path: Path,
                                                                       case: str) -> None:
-    # fsspec's memory:// stands for s3://, gs://, az:// (Lightning writes there through fsspec):
-    # the plugin, which records local files only, used to refuse it at the first save, after the
-    # first steps' work. "dirpath": given remote; "logger": dirpath None, resolved from a remote
-    # logger's save_dir; "root": a remote default_root_dir with a local dirpath trains and records.
+    # fsspec's memory:// is a remote folder on a store trainstatus keeps no status file on (s3://,
+    # gs://, az:// it does: test_a_run_on_s3_...): refused at the start of fit, not at the first
+    # save after the first steps' work. "dirpath": given remote; "logger": dirpath None, resolved
+    # from a remote logger's save_dir; "root": a remote default_root_dir with a local dirpath trains.
     done = subprocess.run([str(torch_python), "-c", REMOTE_AT_SETUP, str(tmp_path), case], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -565,7 +573,9 @@ def test_a_remote_checkpoint_folder_is_refused_before_anything_trains(torch_pyth
         return
     kind, message, steps = said
     assert (kind, steps) == ("TrainingStatusValueError", 0), message
-    assert message.startswith("TrainStatusCallback: the checkpoints would go to memory://bucket/"), message
+    assert message.startswith("Cannot tell where to keep the status file of ModelCheckpoint's dirpath in "
+                              "memory://bucket/"), message
+    assert message.endswith("Pass status_path= (a local path, or an s3://, gs:// or az:// URL)."), message
 
 
 UNRECORDED_SHAPES = r"""
@@ -721,3 +731,105 @@ def test_a_second_job_on_the_folder_is_refused_before_it_writes(torch_python: Pa
     assert f"trainstatus took over the run lease {folder / 'training_status.json.run'} from process {job.pid}" in (
         again.stderr)
 
+
+
+ON_S3 = TINY + r"""
+import warnings
+from lightning.pytorch import Callback
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from trainstatus.integrations.lightning import last_complete_checkpoint
+
+def say(record):  # one write per line: the two ranks share stdout
+    os.write(1, (json.dumps(record) + "\n").encode())
+
+class Logged(Tiny):
+    def training_step(self, batch, index):
+        self.log("progress", float(self.global_step))  # ModelCheckpoint keeps the 2 newest, and removes the rest
+        return super().training_step(batch, index)
+
+class Dies(TorchCheckpointIO):  # a kill once last.ckpt of the last step is uploaded, before its record
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        super().save_checkpoint(checkpoint, path, storage_options)
+        if path.endswith("/last.ckpt") and checkpoint["global_step"] == int(sys.argv[2]):
+            os._exit(9)
+
+class Start(Callback):
+    def on_train_start(self, trainer, module):
+        say({"start": trainer.global_step})
+
+url, steps, die, ddp = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "die", sys.argv[3] == "ddp"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    resume = last_complete_checkpoint(url)
+say({"resume": resume, "warnings": [str(w.message) for w in caught]})
+ranks = {"strategy": "ddp", "devices": 2, "accelerator": "cpu"} if ddp else {}  # rank 0 saves and records
+trainer = Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                  plugins=[TrainStatusCheckpointIO(Dies() if die else None)], **ranks,
+                  callbacks=[ModelCheckpoint(dirpath=url, every_n_train_steps=2, save_top_k=2, monitor="progress",
+                                             mode="max", save_last=True), TrainStatusCallback(), Start()])
+trainer.fit(Logged(), DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4), ckpt_path=resume)
+say({"end": trainer.global_step, "last": last_complete_checkpoint(url)})
+"""
+
+
+def test_a_run_on_s3_is_recorded_after_each_upload_and_resumes_from_the_newest_whole(
+        torch_python: Path, s3_server: Any, tmp_path: Path) -> None:
+    # ModelCheckpoint(dirpath="s3://...") as Lightning users write it (s3fs; moto's S3 server): the
+    # plugin used to refuse it. Each .ckpt is recorded once its upload returned, in a status file
+    # beside it on S3; a kill after last.ckpt's upload and before its record, and an object
+    # replaced by another of another size, resume from the newest checkpoint still whole. The first
+    # run has 2 ranks (DDP: Lightning starts the second from the script's file).
+    script = tmp_path / "on_s3.py"
+    script.write_text(ON_S3)
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/ckpts"
+    client = s3_server.client()
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3_server.endpoint_url, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def run(steps: int, how: str = "train") -> tuple[int, list[dict[str, Any]]]:
+        done = subprocess.run([str(torch_python), str(script), url, str(steps), how], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=tmp_path)
+        said = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert done.returncode == (9 if how == "die" else 0), done.stderr[-3000:]
+        return done.returncode, said
+
+    def objects() -> dict[str, int]:
+        listed = client.list_objects_v2(Bucket=bucket, Prefix="ckpts/").get("Contents", [])
+        return {o["Key"][len("ckpts/"):]: o["Size"] for o in listed}
+
+    def listed() -> list[dict[str, Any]]:
+        body = client.get_object(Bucket=bucket, Key="ckpts/training_status.json")["Body"].read()
+        return list(json.loads(body)["lightning"]["checkpoints"])
+
+    _, said = run(4, "ddp")
+    assert said[0] == {"resume": None, "warnings": []}  # nothing there: a fresh run, nothing to say
+    # Every rank ends with the same answer (taken together under the process group).
+    assert [line for line in said if "end" in line] == [{"end": 4, "last": f"{url}/last.ckpt"}] * 2
+    on_s3 = objects()
+    entries = listed()
+    # Every entry names an object there with its size.
+    assert {e["file_path"]: e["files"] for e in entries} == {n: {n: s} for n, s in on_s3.items() if n.endswith(".ckpt")}
+    assert sorted(e["steps"] for e in entries) == [2, 4, 4]  # step 2's, step 4's and last.ckpt
+    assert max((e["steps"], i) for i, e in enumerate(entries))[1] == [e["file_path"] for e in entries].index("last.ckpt")
+
+    _, said = run(8, "die")  # resumes at step 4, dies once last.ckpt of step 8 is uploaded
+    assert said[0]["resume"] == f"{url}/last.ckpt" and said[1] == {"start": 4}
+    # last.ckpt unlisted before its upload, never recorded again; the top-k files ModelCheckpoint
+    # removed (steps 2 and 4) left the list before they went.
+    on_s3 = objects()
+    assert sorted((e["steps"], e["file_path"]) for e in listed()) == sorted(
+        (int(n[:-len(".ckpt")].rsplit("=", 1)[1]), n) for n in on_s3 if n.endswith(".ckpt") and n != "last.ckpt")
+    assert sorted(e["steps"] for e in listed()) == [6, 8] and "last.ckpt" in on_s3
+    newest = max(listed(), key=lambda e: e["steps"])
+
+    # That top-k file replaced by another object of another size: passed over, and said.
+    client.put_object(Bucket=bucket, Key=f"ckpts/{newest['file_path']}", Body=b"not that checkpoint")
+    whole = max((e for e in listed() if e["file_path"] != newest["file_path"]), key=lambda e: e["steps"])
+    _, said = run(8)
+    assert said[0]["resume"] == f"{url}/{whole['file_path']}", said[0]
+    [warning] = said[0]["warnings"]
+    assert warning.startswith(f"{url}/{whole['file_path']} is the newest whole checkpoint recorded in {url}/"
+                              f"training_status.json; the newer ones cannot be resumed from: {newest['file_path']} has "
+                              f"19 bytes, {newest['files'][newest['file_path']]:,} recorded."), warning
+    assert said[1] == {"start": whole["steps"]} and said[-1]["end"] == 8

@@ -52,7 +52,7 @@ from .._load import METADATA
 from .._committing import retold
 from .._store import StatusStore
 
-__all__ = ["CheckpointList"]
+__all__ = ["CheckpointList", "as_list"]
 
 
 Check = Callable[[dict[str, Any]], object]
@@ -331,16 +331,7 @@ class CheckpointList:
         return {"path": self._store.path, "category": self._category, "key": key}
 
     def _list(self, value: Any) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise TrainingStatusValueError(
-                f"{self._where(CHECKPOINTS)} holds a {type(value).__name__}, not a list of checkpoints; "
-                f"fix it, or delete it (trainstatus delete {self._store.path} {self._category} "
-                f"{CHECKPOINTS}) to start a new list.",
-                **self._context(CHECKPOINTS),
-            )
-        return value
+        return as_list(value, self._store.path, self._category)
 
     def _prepare(self, key: str, steps: Any, file_path: Any, reward: Any, auxillary: Any,
                  creation_time: Any, synced: Any) -> tuple[dict[str, Any], list[tuple[str, str]]]:
@@ -405,3 +396,17 @@ class CheckpointList:
 def _in_transaction(store: StatusStore) -> bool:
     """Whether this thread is inside ``store.transaction()`` (the store has no public way to say)."""
     return bool(store._tx_depth) and store._tx_owner == threading.get_ident()
+
+
+def as_list(value: Any, path: str, category: str) -> list[Any]:
+    """``value``, what ``category/checkpoints`` of the status file ``path`` holds, as the list of
+    checkpoints (none for None), or a ``TrainingStatusValueError`` that says how to fix it."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TrainingStatusValueError(
+            f"{category}/{CHECKPOINTS} in {path} holds a {type(value).__name__}, not a list of checkpoints; "
+            f"fix it, or delete it (trainstatus delete {path} {category} {CHECKPOINTS}) to start a new list.",
+            path=path, category=category, key=CHECKPOINTS,
+        )
+    return value

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
@@ -55,13 +54,13 @@ from .._checkpoints.checkpoint_list import CheckpointList
 from .._checkpoints.folders import sync_folders_above
 from .._errors import (
     TrainingStatusCheckpointError,
-    TrainingStatusCheckpointWarning,
     TrainingStatusTypeError,
-    warn,
 )
 from .._storage import atomic as _atomic
 from .._storage import filenames as _names
 from .._store import StatusStore
+from ._lightning import remote as _remote
+from ._lightning.resume import decide, given_path
 from ._lightning import strategies as _strategies
 from ._lightning.common import (
     CATEGORY,
@@ -73,24 +72,14 @@ from ._lightning.common import (
     resume_folder,
     score,
     status_files,
-    unrecorded,
-    whole,
 )
 from ._lightning.common import status_path as _status_path
 from ._ranks import hosts as _hosts
 from ._ranks.collectives import on_rank_0
-from ._ranks import resuming as _resuming
 from ._shared import lease as _lease
-from ._shared.choice import Words, pick, warn_passed_over
 from ._shared.upkeep import drop, remove_stale_temps
 
 __all__ = ["CATEGORY", "STATUS_FILE", "TrainStatusCallback", "TrainStatusCheckpointIO", "last_complete_checkpoint"]
-
-_WORDS = Words(
-    left="They are left on disk: the checkpoints this run saves take their place.",
-    fresh="trainer.fit(ckpt_path=None) starts at step 0 and saves its checkpoints beside these.",
-    elsewhere="give ModelCheckpoint another dirpath",
-)
 
 _TEMP = re.compile(r"\..*\.ckpt\.trainstatus-[0-9a-f]{16}\.tmp")  # _storage.filenames.temp_name of a *.ckpt
 
@@ -142,8 +131,9 @@ class TrainStatusCheckpointIO(CheckpointIO):
                 f"({status_path!r})."
             )
         self.checkpoint_io = checkpoint_io
-        self.status_path = None if status_path is None else os.path.abspath(os.fspath(status_path))
+        self.status_path = None if status_path is None else given_path(os.fspath(status_path))
         self._lists: dict[str, CheckpointList] = {}  # by folder
+        self._remote: dict[str, _remote.RemoteList] = {}  # by folder URL: ModelCheckpoint's dirpath on an object store
 
     def checkpoints(self, dirpath: str | os.PathLike[str]) -> CheckpointList:
         """The ``CheckpointList`` the checkpoints saved in ``dirpath`` are recorded in (opened on first use)."""
@@ -172,6 +162,9 @@ class TrainStatusCheckpointIO(CheckpointIO):
         return checkpoints
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if _remote.is_remote(os.fspath(path)):  # one upload, seen whole or not at all: recorded once it returned
+            return _remote.save(self.checkpoint_io, self._remote, self.status_path, checkpoint, os.fspath(path),
+                                storage_options)
         target = local(path, "save")
         folder, name = os.path.split(target)
         os.makedirs(folder, exist_ok=True)
@@ -199,6 +192,8 @@ class TrainStatusCheckpointIO(CheckpointIO):
         drop(checkpoints, lambda entry: replaced(checkpoints, entry, name), keep=recorded)
 
     def remove_checkpoint(self, path: Any) -> None:
+        if _remote.is_remote(os.fspath(path)):
+            return _remote.remove(self.checkpoint_io, self._remote, self.status_path, os.fspath(path))
         target = local(path, "remove")
         folder, name = os.path.split(target)
         if os.path.exists(_status_path(folder, self.status_path)) or folder in self._lists:
@@ -217,7 +212,10 @@ class TrainStatusCheckpointIO(CheckpointIO):
         for checkpoints in self._lists.values():
             _lease.release(checkpoints.store.path)
             checkpoints.store.close()
+        for listing in self._remote.values():
+            listing.close()
         self._lists.clear()
+        self._remote.clear()
 
 
 class TrainStatusCallback(pl.Callback):
@@ -297,13 +295,14 @@ class TrainStatusCallback(pl.Callback):
             self._undo, self._wrapped = undo, strategy
         if stage == "fit":
             # This fit's answer, taken: a later fit without a new call has nothing to check.
-            _strategies.agree(_RESUMED.pop("last", None), lambda given, shown: _decide(given, timeout, shown)[0],
+            _strategies.agree(_RESUMED.pop("last", None), lambda given, shown: decide(given, timeout, shown)[0],
                               timeout)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # After every ModelCheckpoint's setup (Lightning runs theirs last), which resolves a dirpath
         # of None from the logger's save_dir or default_root_dir; before any step.
-        refuse_remote(trainer.checkpoint_callbacks)
+        how = _strategies.how_it_saves(trainer.strategy, self.sharded)
+        refuse_remote(trainer.checkpoint_callbacks, how != _strategies.IO, type(trainer.strategy).__name__)
         plugin = trainer.strategy.checkpoint_io
         given = plugin.status_path if isinstance(plugin, TrainStatusCheckpointIO) else None
         paths = status_files(trainer.checkpoint_callbacks, given)
@@ -378,37 +377,20 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     given in place of ``dirpath``, or a remote ``dirpath``, raises ``TrainingStatusValueError``.
     """
     folder = resume_folder(dirpath)
-    path = _status_path(folder, None if status_path is None else os.path.abspath(os.fspath(status_path)))
-    refuse_status_inside(folder, path, f"last_complete_checkpoint({os.fspath(dirpath)!r})")
+    status = None if status_path is None else given_path(os.fspath(status_path))
+    if _remote.is_remote(folder):  # the status file's URL is known once fsspec made the filesystem (decide)
+        _remote.refuse_checkpoint_given(folder)
+        path = status
+    else:
+        path = _status_path(folder, status)
+        refuse_status_inside(folder, path, f"last_complete_checkpoint({os.fspath(dirpath)!r})")
     given = _strategies.Resumed(folder, path, None, _hosts.ranks() is not None)
-    name, shown = _decide(given, timeout, os.fspath(dirpath))
+    name, shown = decide(given, timeout, os.fspath(dirpath))
     _RESUMED["last"] = given._replace(name=name)
-    return None if name is None else os.path.join(shown, name)
+    return None if name is None else _remote.join(shown, name) if _remote.is_remote(folder) else os.path.join(shown, name)
 
 
 _RESUMED: dict[str, _strategies.Resumed] = {}  # this process's last answer, for TrainStatusCallback.setup
-
-
-def _decide(given: _strategies.Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:
-    """The name of the checkpoint to resume from in ``given.folder`` (``_resuming.decide``: rank 0
-    reads), and the folder as it is shown."""
-    shown = given.folder if shown is None else shown
-    folder, path = given.folder, given.status_path or _status_path(given.folder, None)
-
-    def choose() -> dict[str, Any] | None:
-        listed: list[Any] = []
-        entry, skipped = pick(path, CATEGORY, folder, whole(folder), listed)
-        if skipped:
-            returned = None if entry is None else os.path.join(shown, entry["file_path"])
-            warn_passed_over(returned, skipped, path, CATEGORY, folder, _WORDS)
-        said = unrecorded(folder, path, listed)
-        if said is not None:
-            warn(TrainingStatusCheckpointWarning(said, path=path, category=CATEGORY))
-        return entry
-
-    entry = _resuming.decide(choose, _resuming.entry_files, folder,
-                             what=f"the newest complete checkpoint of {shown}", timeout=timeout)
-    return (None if entry is None else entry["file_path"]), shown
 
 
 # -- helpers ------------------------------------------------------------------------------------

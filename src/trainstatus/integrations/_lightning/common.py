@@ -14,10 +14,12 @@ from ..._errors import TrainingStatusError, TrainingStatusValueError
 from .._formats import dcp_metadata as _dcp_folders
 from .._formats import deepspeed_tags as _deepspeed_tags
 from .._formats import torch_zip as _torch_zip
+from .._shared.folder import Folder, is_remote
+from .._shared.choice import Words
 from .._shared.inside import inside
 
-__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "deepspeed_problem", "local", "refuse_status_inside", "replaced", "score",
-           "status_files", "status_path", "whole"]
+__all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "WORDS", "deepspeed_problem", "local", "refuse_remote", "refuse_status_inside",
+           "replaced", "resume_folder", "score", "status_files", "status_path", "whole"]
 
 STATUS_FILE = "training_status.json"
 """The status file's name in the checkpoint's folder when no ``status_path`` is given."""
@@ -27,10 +29,25 @@ CATEGORY = "lightning"
 
 LIGHTNING_META = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME: a sharded save's trainer state
 
+# What last_complete_checkpoint's warnings say a Lightning user does about what they passed over.
+WORDS = Words(
+    left="They are left on disk: the checkpoints this run saves take their place.",
+    fresh="trainer.fit(ckpt_path=None) starts at step 0 and saves its checkpoints beside these.",
+    elsewhere="give ModelCheckpoint another dirpath",
+)
+
 LATEST = "latest"  # DeepSpeed's file naming the tag; DeepSpeedStrategy.load_checkpoint reads it
 
 
 def status_path(folder: str, given: str | None) -> str:
+    """The status file of the local folder ``folder``: ``given``, or the default beside the checkpoints."""
+    if given is not None and is_remote(given):
+        # Read back as a local path, it would never be found: every resume a fresh run.
+        raise TrainingStatusValueError(
+            f"The status file {given} is on remote storage and the checkpoints it would list are in the local folder "
+            f"{folder}: trainstatus keeps a status file on an object store for checkpoints there "
+            "(ModelCheckpoint(dirpath='s3://...')). Pass a local status_path=, or none (training_status.json beside "
+            "the checkpoints). Nothing was read or changed.", path=given)
     return os.path.join(folder, STATUS_FILE) if given is None else given
 
 
@@ -69,7 +86,7 @@ def score(checkpoint: Mapping[str, Any], folder: str) -> float | None:
     for state in states.values():
         if not isinstance(state, Mapping) or state.get("dirpath") is None:
             continue
-        if os.path.abspath(os.fspath(state["dirpath"])) != folder or state.get("current_score") is None:
+        if _folder(os.fspath(state["dirpath"])) != folder or state.get("current_score") is None:
             continue
         try:
             value = float(state["current_score"])
@@ -77,6 +94,11 @@ def score(checkpoint: Mapping[str, Any], folder: str) -> float | None:
             return None
         return value if math.isfinite(value) or math.isnan(value) else None
     return None
+
+
+def _folder(dirpath: str) -> str:
+    """``dirpath`` as the plugin keys its folders: a URL as given (no trailing slash), a local path absolute."""
+    return dirpath.rstrip("/") if is_remote(dirpath) else os.path.abspath(dirpath)
 
 
 def whole(folder: str) -> Callable[[dict[str, Any]], bool]:
@@ -161,13 +183,8 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
     """``dirpath`` as a local folder of checkpoints, or refused: a mistake must not pass for a fresh
     run (None, and the run starting over from step 0)."""
     given = os.fspath(dirpath)
-    if "://" in given:
-        raise TrainingStatusValueError(
-            f"last_complete_checkpoint({given!r}): checkpoints on remote storage are not recorded by "
-            "trainstatus.integrations.lightning yet (TrainStatusCheckpointIO makes local files durable), so "
-            "nothing recorded can be read there. Give ModelCheckpoint a local dirpath to have them recorded, or "
-            "resume with Lightning's own ckpt_path. Nothing was read."
-        )
+    if is_remote(given):  # ModelCheckpoint's dirpath on an object store: remote.refuse_checkpoint_given checks it
+        return given.rstrip("/")
     folder = os.path.abspath(given)
     sharded = os.path.isdir(folder) and any(os.path.exists(os.path.join(folder, name))
                                             for name in ("meta.pt", ".metadata"))  # a sharded strategy's .ckpt
@@ -181,19 +198,23 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
     return folder
 
 
-def refuse_remote(callbacks: list[Any]) -> None:
+def refuse_remote(callbacks: list[Any], sharded: bool, strategy: str) -> None:
     """Refuse, at the start of fit, before any step, a ``ModelCheckpoint`` whose folder (its
     dirpath, resolved by then from the logger's save_dir or default_root_dir when not given) is on
-    remote storage (``s3://``, as Lightning allows through fsspec): the plugin records local files
-    only, and the first save would fail after the first steps' work."""
+    remote storage (``s3://``, as Lightning allows through fsspec) when the strategy saves sharded
+    folders (every rank's files, past ``CheckpointIO``): trainstatus records those on a local or
+    shared filesystem only, and the first save would fail after the first steps' work. One file
+    saved through ``CheckpointIO`` is recorded there (``_lightning.remote``)."""
     places = [str(callback.dirpath) for callback in callbacks if getattr(callback, "dirpath", None) is not None]
-    remote = [place for place in places if "://" in place and not place.startswith("file://")]
-    if remote:
+    remote = [place for place in places if is_remote(place)]
+    if remote and sharded:
         raise TrainingStatusValueError(
-            f"TrainStatusCallback: the checkpoints would go to {remote[0]}, remote storage, which "
-            "TrainStatusCheckpointIO does not record yet (it makes local files durable): nothing could be "
-            "recorded, and the first save would fail. Give ModelCheckpoint a local dirpath, or leave trainstatus's "
-            "plugin and callback out of this run. Nothing was trained."
+            f"TrainStatusCallback: the checkpoints would go to {remote[0]}, remote storage, and {strategy} saves each "
+            "checkpoint as a folder every rank writes into, past TrainStatusCheckpointIO: trainstatus records such "
+            "folders on a local or shared filesystem only, so nothing could be recorded. Give ModelCheckpoint a "
+            "local or shared dirpath (and copy the folders out after the run), or a strategy that saves one file "
+            "through CheckpointIO (DDP; FSDP with state_dict_type='full'), which trainstatus records on remote "
+            "storage. Nothing was trained."
         )
 
 
@@ -207,11 +228,18 @@ def replaced(checkpoints: Any, entry: Mapping[str, Any], saved: str) -> bool:
 def status_files(callbacks: list[Any], given: str | None) -> list[str]:
     """The status file of each ``ModelCheckpoint``'s folder (``given``: the plugin's status_path),
     at the start of fit; one given inside a folder's checkpoint is refused (every rank alike)."""
-    folders = [os.path.abspath(os.fspath(c.dirpath)) for c in callbacks if getattr(c, "dirpath", None) is not None]
+    folders = [_folder(os.fspath(c.dirpath)) for c in callbacks if getattr(c, "dirpath", None) is not None]
     for folder in folders:
         if given is not None:
             refuse_status_inside(folder, given, "TrainStatusCallback")
-    return sorted({status_path(folder, given) for folder in folders})
+    return sorted({_remote_status(folder, given) if is_remote(folder) else status_path(folder, given)
+                   for folder in folders})
+
+
+def _remote_status(folder: str, given: str | None) -> str:
+    """The status file of the folder ``folder`` on an object store; refused now, before the first
+    step, when fsspec cannot reach it or trainstatus keeps no status file on that store."""
+    return Folder.of_url(folder).status_path(given, STATUS_FILE, "ModelCheckpoint's dirpath")
 
 
 def unrecorded(folder: str, status_path: str, entries: list[Any]) -> str | None:

@@ -3,7 +3,7 @@ Train run that is whole, and the warnings that name what it passed over.
 
 The choice is ``CheckpointList``'s (``_common.choose``: the entry with the highest ``steps`` whose
 files are all there with their recorded sizes), made on the local disk with ``os.stat``; on an
-object store the same rule reads one listing per folder (``_ray_storage.Storage.problem``). Ray's
+object store the same rule reads one listing per folder (``_shared.folder.choose``). Ray's
 own snapshot is never read: it may be what is damaged.
 """
 
@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._checkpoints.checkpoint_list import CheckpointList
-from ..._checkpoints.files import CHECKPOINTS
 from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
 from ..._remote.location import url_scheme
 from ..._storage import history as _history
 from ..._store import StatusStore
 from .._shared.choice import choose, reasons
+from .._shared.folder import choose as choose_listed
+from .._shared.folder import listed_entries
 from .storage import Storage
 
 __all__ = ["newest_whole"]
@@ -41,8 +42,8 @@ def newest_whole(run: Storage, status_path: str, category: str,
                 entries = checkpoints.entries()
                 entry, skipped = choose(checkpoints, lambda _: True)
             else:
-                entries = _entries(store, category)
-                entry, skipped = _choose_remote(run, entries)
+                entries = listed_entries(store, category)
+                entry, skipped = choose_listed(run, entries)
         finally:
             store.close()
     if skipped:
@@ -66,40 +67,6 @@ def _open(status_path: str, storage_options: Mapping[str, Any] | None) -> Status
     if not os.path.exists(status_path) and not _history.versions(folder, name):
         return None
     return StatusStore(status_path, resume=True)
-
-
-def _entries(store: StatusStore, category: str) -> list[Any]:
-    listed = store.get(category, CHECKPOINTS)
-    if listed is None:
-        return []
-    if not isinstance(listed, list):
-        raise TrainingStatusValueError(
-            f"{category}/{CHECKPOINTS} in {store.path} holds a {type(listed).__name__}, not a list of "
-            f"checkpoints; fix it, or delete it (trainstatus delete {store.path} {category} {CHECKPOINTS}).",
-            path=store.path, category=category, key=CHECKPOINTS)
-    return list(listed)
-
-
-def _choose_remote(run: Storage, entries: list[Any]) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
-    """``_common.choose`` on an object store: the newest entry whose files are all there with their
-    recorded sizes, and the newer ones passed over with why, newest first."""
-
-    def newness(index: int) -> tuple[bool, int, int]:
-        steps = entries[index].get("steps") if isinstance(entries[index], Mapping) else None
-        return (True, steps, index) if type(steps) is int else (False, 0, index)
-
-    skipped: list[tuple[Any, str]] = []
-    for index in sorted(range(len(entries)), key=newness, reverse=True):
-        entry = entries[index]
-        if not (isinstance(entry, Mapping) and isinstance(entry.get("file_path"), str)
-                and type(entry.get("steps")) is int):
-            skipped.append((entry, f"an item of the list is not a checkpoint entry: {str(entry)[:80]}"))
-            continue
-        why = run.problem(entry)
-        if why is None:
-            return dict(entry), skipped
-        skipped.append((entry, why))
-    return None, skipped
 
 
 def _warn_passed_over(run: Storage, entry: Mapping[str, Any] | None, skipped: list[tuple[Any, str]],
