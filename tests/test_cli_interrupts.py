@@ -111,6 +111,43 @@ def test_ctrl_c_early_in_a_command_is_one_line_and_exit_130(tmp_path: Path, comm
     assert ended >= len(DELAYS) // 3  # the early delays land inside the command, not after it
 
 
+# The command's first lines run once Python's handler is back, with a Ctrl-C arriving inside a
+# weakref callback (as importlib's module-lock callback gets it during a lazy import): Python cannot
+# raise from there, prints "Exception ignored" and goes on. CI saw the command then finish (status 0).
+CHILD_IN_A_CALLBACK = f"""\
+import gc, os, signal, sys, time, weakref
+import {MODULE} as entry
+from trainstatus._cli import base
+entry.install()
+base._python_sigint()
+
+class Lock:
+    pass
+
+def callback(ref):
+    os.kill(os.getpid(), signal.SIGINT)  # delivered while the callback runs
+    for _ in range(1000):
+        pass
+
+lock = Lock()
+ref = weakref.ref(lock, callback)
+try:
+    del lock
+    gc.collect()
+    time.sleep(2)  # the rest of the command
+    print("went on", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_inside_a_callback_python_cannot_raise_from_still_ends_the_command() -> None:
+    done = subprocess.run([sys.executable, "-c", CHILD_IN_A_CALLBACK], capture_output=True, text=True, env=_env(),
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.stdout == "interrupted\n", (done.stdout, done.stderr)
+    assert "Exception ignored" not in done.stderr, done.stderr
+
+
 def test_importing_the_entry_module_imports_nothing_before_its_handler() -> None:
     code = (f"import sys; before = set(sys.modules); import {MODULE}; "
             "print(sorted(set(sys.modules) - before))")

@@ -220,3 +220,17 @@ def test_a_rank_of_a_launch_without_its_process_group_is_warned(tmp_path: Path,
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dcp.record(step, 1)
+
+
+def test_a_remote_status_file_for_local_folders_is_refused(tmp_path: Path) -> None:
+    # It used to be made absolute as a local path ("<cwd>/s3:/bucket/..."): recorded there, never
+    # found again by a resume given the URL. Folders on an object store take URLs themselves.
+    made(tmp_path / "step-1")
+    for call in (lambda: dcp.record(tmp_path / "step-1", 1, status_path="s3://bucket/status.json"),
+                 lambda: dcp.last_complete_checkpoint(tmp_path, status_path="s3://bucket/status.json")):
+        with pytest.raises(TrainingStatusValueError) as raised:
+            call()
+        assert str(raised.value).startswith(
+            f"The status file s3://bucket/status.json is on remote storage and the checkpoint folders it would list "
+            f"are in the local folder {tmp_path}:"), raised.value
+    assert not list(tmp_path.glob("s3*")) and not (tmp_path / "training_status.json").exists()

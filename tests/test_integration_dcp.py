@@ -669,3 +669,91 @@ def test_a_checkpoint_of_two_ranks_resumed_by_one_process_says_so(torch_python: 
         "torch.distributed.checkpoint reshards the state as dcp.load reads it (sharded tensors, DTensors, FSDP's "
         "state dicts); a tensor a loop saved per rank under one key is not resharded (each rank loads the one saved "
         "under its key, or none). Resume with the same number of ranks to have every rank's own state back.")
+
+
+# -- folders on an object store (issue 38, item 2) -------------------------------------------------
+
+REMOTE = Path(__file__).resolve().parent / "_dcp_remote.py"
+
+
+def test_folders_on_s3_are_recorded_by_every_rank_and_never_resumed_torn(torch_python: Path, s3_server: Any,
+                                                                        tmp_path: Path) -> None:
+    # dcp.save(checkpoint_id="s3://...") through torch's FsspecWriter (s3fs; moto's S3 server), 2 ranks:
+    # each folder recorded once every rank's save returned (its objects and their sizes, world_size
+    # 2), keep=2 removing the oldest only after it left the list; a resume on both ranks from the
+    # newest. Then ckpt/latest saved over in place, rank 1 killed before its shard's upload at step
+    # 2: latest had left the list first, and the resume names it and starts over.
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/ckpt"
+    client = s3_server.client()
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3_server.endpoint_url, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def run(where: str, mode: str, steps: int, *die: int, ranks: int = 2) -> tuple[int, list[dict[str, Any]]]:
+        launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] if ranks > 1 else []
+        done = subprocess.run([str(torch_python), *launcher, str(REMOTE), where, mode, str(steps), *map(str, die)],
+                              capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        return done.returncode, events
+
+    def listed(prefix: str) -> list[dict[str, Any]]:
+        body = client.get_object(Bucket=bucket, Key=f"{prefix}/training_status.json")["Body"].read()
+        return list(json.loads(body)["dcp"]["checkpoints"])
+
+    def folders(prefix: str) -> list[str]:
+        found = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
+        return sorted({o["Key"].split("/")[1] for o in found if o["Key"].count("/") > 1})
+
+    code, events = run(url, "steps", 3)
+    assert code == 0, events
+    shards = {"__0_0.distcp", "__1_0.distcp", ".metadata"}
+    entries = listed("ckpt")
+    assert [(e["file_path"], e["steps"], e["world_size"]) for e in entries] == [("step-2", 2, 2), ("step-3", 3, 2)]
+    for entry in entries:
+        assert {f.split("/", 1)[1] for f in entry["files"]} == shards
+    assert folders("ckpt") == ["step-2", "step-3"]  # step-1 removed, after it left the list
+    code, events = run(url, "steps", 1)
+    assert code == 0, events
+    assert sorted((e["rank"], e["path"], e["step"], e["w"]) for e in events if e["event"] == "resumed") == [
+        (0, f"{url}/step-3", 3, 3.0), (1, f"{url}/step-3", 3, 4.0)]  # each rank its own shard of step 3
+
+    # A shard of the newest folder replaced by an object of another size: passed over, and said.
+    client.put_object(Bucket=bucket, Key="ckpt/step-4/__1_0.distcp", Body=b"another")
+    code, events = run(url, "steps", 0, ranks=1)
+    [resumed] = [e for e in events if e["event"] == "resumed"]
+    assert (resumed["path"], resumed["step"]) == (f"{url}/step-3", 3), resumed
+    assert resumed["warnings"][0].startswith(
+        f"{url}/step-3 is the newest whole checkpoint recorded in {url}/training_status.json; the newer ones cannot "
+        "be resumed from: step-4/__1_0.distcp has 7 bytes, "), resumed
+    assert any("was saved by 2 ranks and this run has 1" in w for w in resumed["warnings"]), resumed
+    # A checkpoint folder given for the folder above it: refused, naming it.
+    code, events = run(f"{url}/step-3", "steps", 0, ranks=1)
+    assert code != 0 and not events
+
+    inplace = f"s3://{bucket}/inplace"
+    code, events = run(inplace, "inplace", 1)
+    assert code == 0 and [e["file_path"] for e in listed("inplace")] == ["latest"]
+    code, events = run(inplace, "inplace", 1, 2)  # rank 1 killed inside the save of step 2
+    assert code != 0
+    assert listed("inplace") == []  # unlisted before any rank wrote into it
+    # DCP's own load of it (what a loop that loads latest does) succeeds: torn (w0 2.0 of step 2
+    # beside w1 2.0 of step 1, never saved together; "step" is the copy of whichever rank DCP kept)
+    # once rank 0's upload finished before torchrun stopped it, else step 1 as it was ("1 1.0 2.0").
+    theirs = subprocess.run([str(torch_python), "-c", (
+        "import sys, torch, torch.distributed.checkpoint as dcp\n"
+        "state = {'w0': torch.zeros(4), 'w1': torch.zeros(4), 'step': torch.tensor(0)}\n"
+        "dcp.load(state, checkpoint_id=sys.argv[1])\n"
+        "print(int(state['step']), float(state['w0'][0]), float(state['w1'][0]))"), f"{inplace}/latest"],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert theirs.stdout.split() in (["1", "2.0", "2.0"], ["2", "2.0", "2.0"], ["1", "1.0", "2.0"]), (
+        theirs.stdout + theirs.stderr[-2000:])
+    print(f"DCP's own load of the latest folder after the kill: {theirs.stdout.strip()}")  # -s shows it
+    code, events = run(inplace, "inplace", 0)
+    assert code == 0
+    for event in (e for e in events if e["event"] == "resumed"):
+        assert (event["path"], event["step"]) == (None, 0)
+    warned = [w for e in events if e["event"] == "resumed" for w in e["warnings"]]
+    assert warned == [f"Passed over latest in {inplace}: torch.distributed.checkpoint folders not recorded in "
+                      f"{inplace}/training_status.json, so not known to be whole. last_complete_checkpoint() returns "
+                      "None: the run starts from scratch. If one of them is whole and yours, record it "
+                      "(record(folder, step))."], warned

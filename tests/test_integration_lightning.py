@@ -822,14 +822,49 @@ def test_a_run_on_s3_is_recorded_after_each_upload_and_resumes_from_the_newest_w
         (int(n[:-len(".ckpt")].rsplit("=", 1)[1]), n) for n in on_s3 if n.endswith(".ckpt") and n != "last.ckpt")
     assert sorted(e["steps"] for e in listed()) == [6, 8] and "last.ckpt" in on_s3
     newest = max(listed(), key=lambda e: e["steps"])
+    asked = subprocess.run([str(torch_python), "-c", "import sys\nfrom trainstatus.integrations.lightning import "
+                            "last_complete_checkpoint\nprint(last_complete_checkpoint(sys.argv[1]))", url],
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert asked.stdout.split() == [f"{url}/{newest['file_path']}"], asked.stderr[-2000:]  # step 8's top-k file
 
-    # That top-k file replaced by another object of another size: passed over, and said.
+    # That top-k file replaced by another object of another size: passed over, and said; 2 ranks resume.
     client.put_object(Bucket=bucket, Key=f"ckpts/{newest['file_path']}", Body=b"not that checkpoint")
     whole = max((e for e in listed() if e["file_path"] != newest["file_path"]), key=lambda e: e["steps"])
-    _, said = run(8)
-    assert said[0]["resume"] == f"{url}/{whole['file_path']}", said[0]
+    _, said = run(8, "ddp")
     [warning] = said[0]["warnings"]
     assert warning.startswith(f"{url}/{whole['file_path']} is the newest whole checkpoint recorded in {url}/"
                               f"training_status.json; the newer ones cannot be resumed from: {newest['file_path']} has "
                               f"19 bytes, {newest['files'][newest['file_path']]:,} recorded."), warning
-    assert said[1] == {"start": whole["steps"]} and said[-1]["end"] == 8
+    resumed = [line for line in said if "resume" in line]
+    assert [line["resume"] for line in resumed] == [f"{url}/{whole['file_path']}"] * 2  # each rank read alone...
+    assert [line for line in said if "start" in line] == [{"start": whole["steps"]}] * 2  # ...agreed, and loaded it
+    assert [line["end"] for line in said if "end" in line] == [8, 8]
+
+
+REMOTE_REFUSALS = r"""
+import json
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy, SingleDeviceStrategy
+from trainstatus.integrations._lightning.strategies import how_it_saves, remote_refusal
+seen = {}
+for name, strategy in (("single", SingleDeviceStrategy("cpu")), ("ddp", DDPStrategy()),
+                       ("fsdp-full", FSDPStrategy(state_dict_type="full")),
+                       ("fsdp-sharded", FSDPStrategy(state_dict_type="sharded")),
+                       ("model-parallel-file", ModelParallelStrategy(save_distributed_checkpoint=False)),
+                       ("model-parallel", ModelParallelStrategy())):
+    seen[name] = remote_refusal(strategy, how_it_saves(strategy, None))
+print(json.dumps(seen))
+"""
+
+
+def test_which_strategies_save_to_a_remote_dirpath_as_given(torch_python: Path) -> None:
+    # FSDP's full state dict and ModelParallel's single file go through CheckpointIO as a
+    # pathlib.Path, which makes s3://b/x.ckpt the local s3:/b/x.ckpt: their checkpoints were written
+    # on the local disk and recorded there, and a resume from s3:// found nothing (a silent fresh run).
+    done = subprocess.run([str(torch_python), "-c", REMOTE_REFUSALS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert [name for name, why in seen.items() if why is None] == ["single", "ddp"], seen
+    assert seen["fsdp-full"].startswith("FSDPStrategy hands CheckpointIO the path as a pathlib.Path"), seen
+    assert seen["model-parallel-file"].startswith("ModelParallelStrategy hands CheckpointIO the path"), seen
+    assert seen["fsdp-sharded"].startswith("FSDPStrategy saves each checkpoint as a folder"), seen
+    assert seen["model-parallel"].startswith("ModelParallelStrategy saves each checkpoint as a folder"), seen

@@ -19,7 +19,7 @@ import pytest
 
 from trainstatus import StatusStore, TrainingStatusCheckpointWarning, TrainingStatusValueError
 from trainstatus.integrations._lightning import remote
-from trainstatus.integrations._lightning.common import WORDS, refuse_remote, status_path
+from trainstatus.integrations._lightning.common import WORDS, local, refuse_remote, resume_folder, status_path
 from trainstatus.integrations._shared.folder import Folder
 
 MEMORY = fsspec.filesystem("memory")
@@ -171,8 +171,8 @@ def test_a_filesystem_fsspec_does_not_know_names_what_to_install() -> None:
     with pytest.raises(TrainingStatusValueError) as raised:
         Folder.of_url("nosuchstore://bucket/ckpts")
     assert str(raised.value).startswith("Cannot reach the checkpoint folder nosuchstore://bucket/ckpts: "), raised.value
-    assert "Install the fsspec filesystem of that store (s3fs for s3://, gcsfs for gs://, adlfs for az://)" in str(
-        raised.value)
+    assert ("If the fsspec filesystem of that store is not installed, install it (s3fs for s3://, gcsfs for gs://, "
+            "adlfs for az://)") in str(raised.value)
 
 
 def test_a_folder_s_files_are_keyed_as_a_local_folder_s_and_an_object_by_its_name(folder: str) -> None:
@@ -193,16 +193,47 @@ class Callback:
         self.dirpath = dirpath
 
 
-def test_a_sharded_strategy_s_remote_folder_is_refused_and_one_file_s_is_not() -> None:
+def test_a_remote_folder_the_strategy_cannot_have_recorded_is_refused_and_a_local_one_is_not() -> None:
     callbacks = [Callback(None), Callback("/local/ckpts"), Callback("s3://bucket/ckpts")]
-    refuse_remote(callbacks, False, "DDPStrategy")  # one file through CheckpointIO: recorded there
-    refuse_remote(callbacks[:2] + [Callback("file:///local/other")], True, "ModelParallelStrategy")
+    refuse_remote(callbacks, None)  # one file through CheckpointIO, the URL as given: recorded there
+    refuse_remote(callbacks[:2] + [Callback("file:///local/other")], "it saves folders")  # all local
     with pytest.raises(TrainingStatusValueError) as raised:
-        refuse_remote(callbacks, True, "ModelParallelStrategy")
+        refuse_remote(callbacks, "it saves folders")  # why: strategies.remote_refusal's (integrations leg)
     assert str(raised.value).startswith(
-        "TrainStatusCallback: the checkpoints would go to s3://bucket/ckpts, remote storage, and ModelParallelStrategy "
-        "saves each checkpoint as a folder every rank writes into"), raised.value
+        "TrainStatusCallback: the checkpoints would go to s3://bucket/ckpts, remote storage, and it saves folders, "
+        "so nothing could be recorded there."), raised.value
     assert str(raised.value).endswith("Nothing was trained.")
+
+
+def test_a_url_a_pathlib_path_collapsed_is_refused_never_written_locally() -> None:
+    # FSDPStrategy (full state dict) hands CheckpointIO Path("s3://bucket/x.ckpt"): "s3:/bucket/x.ckpt".
+    with pytest.raises(TrainingStatusValueError) as raised:
+        local("s3:/bucket/ckpts/last.ckpt", "save")
+    assert str(raised.value).startswith("TrainStatusCheckpointIO cannot save 's3:/bucket/ckpts/last.ckpt': it looks "
+                                        "like a URL whose '//' a pathlib.Path collapsed"), raised.value
+    assert local("ckpts/a:/b.ckpt", "save").endswith("ckpts/a:/b.ckpt")  # a colon inside a local path is one
+
+
+def test_a_file_url_is_the_local_folder_it_names(tmp_path: Path) -> None:
+    assert resume_folder(f"file://{tmp_path}") == str(tmp_path)
+    with pytest.raises(TrainingStatusValueError):
+        resume_folder("file://otherhost/ckpts")
+
+
+def test_a_local_status_file_lost_with_its_history_kept_is_put_back(folder: str, tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    io, lists = Uploads(status), {}  # type: ignore[var-annotated]
+    for step in (2, 4):
+        remote.save(io, lists, str(status), {"global_step": step, "size": 10}, f"{folder}/s{step}.ckpt", None)
+    for listing in lists.values():
+        listing.close()
+    assert [p.name for p in tmp_path.iterdir() if ".history-" in p.name], list(tmp_path.iterdir())
+    status.unlink()  # the file lost, its kept versions there
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # The newest version kept (the history holds the versions each write replaced): not a fresh run.
+        assert remote.newest(folder, str(status), WORDS) in ("s2.ckpt", "s4.ckpt")
+    assert not [w for w in caught if "never recorded" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_a_remote_status_file_for_a_local_folder_is_refused(tmp_path: Path) -> None:

@@ -60,7 +60,9 @@ from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
 from ._shared import lease as _lease
 from ._shared.choice import choose_unlisting, later, left_listed, reasons, recorded
-from ._dcp.places import refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_unrecorded
+from ._dcp import remote as _remote
+from ._dcp.places import (refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_saved_over,
+                          warn_unrecorded)
 from ._ranks.hosts import ranks
 from ._formats.dcp_metadata import METADATA, reader, whole
 from ._shared.upkeep import drop
@@ -102,6 +104,8 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
     """
     folder = _folder(checkpoint_dir, "record")
     _check_step(step, checkpoint_dir, "record")
+    if _remote.is_remote(folder):  # on an object store (_dcp/remote.py): no fsync, no host apart
+        return _remote.record(folder, int(step), _given(status_path), keep, reward, timeout)
     root, name = os.path.split(folder)
     path = _status_path(root, status_path)
     refuse_status_inside(path, folder, f"record {folder}", look=False)
@@ -123,17 +127,8 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
         store = StatusStore(path)
         try:
             over = [e for e in _listed_as(store, folder) if e.get("steps") != step]
-            if over:
-                # The save is complete now (every rank's dcp.save returned): recording it is right.
-                # What was wrong is the window behind it, which a warning can only name.
-                warn(TrainingStatusCheckpointWarning(
-                    f"{folder} was listed as step {over[0].get('steps')} while this save (step {step}) went into it "
-                    "in place: a kill during such a save leaves the folder listed with two steps' shards of the "
-                    "same sizes, and a resume loads it. It is recorded now, complete. Save with "
-                    "trainstatus.integrations.dcp.save(state_dict, folder, step), which unlists the folder before "
-                    "it saves over it, or save each step into a folder of its own.",
-                    path=path, category=CATEGORY,
-                ))
+            if over:  # complete now (every rank's dcp.save returned): recorded; the window behind it is said
+                warn_saved_over(folder, over[0].get("steps"), step, path)
             checkpoints = CheckpointList(store, CATEGORY, keep=keep, root=root)
             # The entries of steps after this one, and those naming this folder under another step
             # (its files are this step's now), leave the list; no file is removed.
@@ -163,6 +158,12 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
     """
     folder = _folder(checkpoint_dir, "save into")
     _check_step(step, checkpoint_dir, "save")
+    if _remote.is_remote(folder):
+        _remote.unlist(folder, _given(status_path), timeout)
+        from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+        dcp_save(state_dict, checkpoint_id=folder, **save_options)
+        return _remote.record(folder, int(step), _given(status_path), keep, reward, timeout)
     root = os.path.dirname(folder)
     path = _status_path(root, status_path)
     refuse_status_inside(path, folder, f"save into {folder}", look=False)
@@ -207,6 +208,9 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
     naming the ranks and hosts. None when nothing is recorded (a fresh run) or nothing recorded is whole.
     """
     root = _folder(directory, "read")
+    if _remote.is_remote(root):
+        reader(root)  # without torch, raise rather than find every folder unreadable
+        return _remote.last_complete(root, _given(status_path), timeout, _note_world_size)
     path = _status_path(root, status_path)
     shown = os.fspath(directory)
     warn_alone(f"last_complete_checkpoint({shown!r})", path, ranks() is not None)
@@ -297,14 +301,30 @@ def _check_step(step: Any, given: PathLike, action: str) -> None:
 
 
 def _folder(given: Any, action: str) -> str:
-    if not isinstance(given, (str, os.PathLike)) or "://" in os.fspath(given):
+    if not isinstance(given, (str, os.PathLike)):
         raise TrainingStatusTypeError(
-            f"trainstatus.integrations.dcp cannot {action} {given!r}: give the checkpoint folder as a local "
-            "path (str or os.PathLike), the one passed to dcp.save(checkpoint_id=...)."
+            f"trainstatus.integrations.dcp cannot {action} {given!r}: give the checkpoint folder as a path (str or "
+            "os.PathLike) or an fsspec URL (s3://...), the one passed to dcp.save(checkpoint_id=...)."
         )
-    return os.path.abspath(os.fspath(given))
+    text = os.fspath(given)
+    return text.rstrip("/") if _remote.is_remote(text) else os.path.abspath(text)
+
+
+def _given(status_path: PathLike | None) -> str | None:
+    """A status path as given: a URL as it is, a local path absolute."""
+    if status_path is None:
+        return None
+    text = os.fspath(status_path)
+    return text if "://" in text else os.path.abspath(text)
 
 
 def _status_path(root: str, status_path: PathLike | None) -> str:
+    if status_path is not None and _remote.is_remote(os.fspath(status_path)):
+        # Made absolute as a local path, it would never be found again: every resume a fresh run.
+        raise TrainingStatusValueError(
+            f"The status file {os.fspath(status_path)} is on remote storage and the checkpoint folders it would list "
+            f"are in the local folder {root}: trainstatus keeps a status file on an object store for checkpoint "
+            "folders there (checkpoint_id='s3://...'). Pass a local status_path=, or none (training_status.json "
+            "beside the checkpoint folders). Nothing was read or changed.", path=os.fspath(status_path))
     return os.path.join(root, STATUS_FILE) if status_path is None else os.path.abspath(os.fspath(status_path))
 

@@ -302,13 +302,15 @@ class TrainStatusCallback(pl.Callback):
         # After every ModelCheckpoint's setup (Lightning runs theirs last), which resolves a dirpath
         # of None from the logger's save_dir or default_root_dir; before any step.
         how = _strategies.how_it_saves(trainer.strategy, self.sharded)
-        refuse_remote(trainer.checkpoint_callbacks, how != _strategies.IO, type(trainer.strategy).__name__)
+        refuse_remote(trainer.checkpoint_callbacks, _strategies.remote_refusal(trainer.strategy, how))
         plugin = trainer.strategy.checkpoint_io
         given = plugin.status_path if isinstance(plugin, TrainStatusCheckpointIO) else None
         paths = status_files(trainer.checkpoint_callbacks, given)
         if paths:  # one job per status file: rank 0 takes each's run lease now (till teardown), for every rank
             self._leases = paths  # before: a refusal of the second must give the first back (on_exception)
-            on_rank_0(lambda: [_lease.take(path, "TrainStatusCallback") for path in paths],
+            # (No lease on an object store: its status file is read once instead, to fail before any step.)
+            on_rank_0(lambda: [_remote.reach(path) if "://" in path else _lease.take(path, "TrainStatusCallback")
+                               for path in paths],
                       _strategies.timeout_of(trainer.strategy), "taking the run lease of " + ", ".join(paths))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -379,7 +381,6 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     folder = resume_folder(dirpath)
     status = None if status_path is None else given_path(os.fspath(status_path))
     if _remote.is_remote(folder):  # the status file's URL is known once fsspec made the filesystem (decide)
-        _remote.refuse_checkpoint_given(folder)
         path = status
     else:
         path = _status_path(folder, status)

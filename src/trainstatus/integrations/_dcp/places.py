@@ -15,7 +15,8 @@ from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError
 from .._formats.dcp_metadata import METADATA
 from .._shared.inside import inside
 
-__all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_alone", "warn_unrecorded"]
+__all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_alone", "warn_saved_over",
+           "warn_unrecorded"]
 
 
 def _is_checkpoint(folder: str) -> bool:
@@ -90,5 +91,17 @@ def warn_unrecorded(names: list[str], root: str, status_path: str, returned: str
         "trainstatus.integrations.dcp.record or save), so not known to be whole. last_complete_checkpoint() "
         f"{answer}. If one of them is whole and yours, record it (record(folder, step)) or load it yourself; "
         "if the status file is elsewhere, pass status_path=.",
+        path=status_path, category="dcp",
+    ))
+
+
+def warn_saved_over(folder: str, listed: object, step: int, status_path: str) -> None:
+    """Say that ``folder``, listed as step ``listed``, was saved over in place (``dcp.save`` then
+    ``record``): recorded now, complete; the window behind it was unsafe, which only a warning can name."""
+    warn(TrainingStatusCheckpointWarning(
+        f"{folder} was listed as step {listed} while this save (step {step}) went into it in place: a kill during "
+        "such a save leaves the folder listed with two steps' shards of the same sizes, and a resume loads it. It is "
+        "recorded now, complete. Save with trainstatus.integrations.dcp.save(state_dict, folder, step), which "
+        "unlists the folder before it saves over it, or save each step into a folder of its own.",
         path=status_path, category="dcp",
     ))

@@ -34,7 +34,12 @@ def chunks(folder: str) -> list[tuple[str, int, int]]:
     from torch.distributed.checkpoint.filesystem import FileSystemReader
 
     try:
-        metadata = FileSystemReader(folder).read_metadata()
+        if "://" in folder:  # on an object store, through fsspec (_dcp.remote): one GET of .metadata
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+            metadata = FsspecReader(folder).read_metadata()
+        else:
+            metadata = FileSystemReader(folder).read_metadata()
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means "not whole"
         raise ValueError(f"{os.path.join(os.path.basename(folder), METADATA)} cannot be read "
                          f"({type(exc).__name__}: {exc})") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,11 +16,14 @@ from .._formats import dcp_metadata as _dcp_folders
 from .._formats import deepspeed_tags as _deepspeed_tags
 from .._formats import torch_zip as _torch_zip
 from .._shared.folder import Folder, is_remote
+from ..._remote.location import check_location, file_url_advice
 from .._shared.choice import Words
 from .._shared.inside import inside
 
 __all__ = ["CATEGORY", "LIGHTNING_META", "STATUS_FILE", "WORDS", "deepspeed_problem", "local", "refuse_remote", "refuse_status_inside",
            "replaced", "resume_folder", "score", "status_files", "status_path", "whole"]
+
+_COLLAPSED = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/[^/]")  # "s3:/bucket/...": a URL through pathlib.Path
 
 STATUS_FILE = "training_status.json"
 """The status file's name in the checkpoint's folder when no ``status_path`` is given."""
@@ -69,6 +73,14 @@ def refuse_status_inside(folder: str, status_path: str, action: str) -> None:
 
 def local(path: Any, action: str) -> str:
     given = os.fspath(path)
+    if isinstance(given, str) and _COLLAPSED.match(given):
+        # pathlib.Path("s3://b/x.ckpt") is s3:/b/x.ckpt: a local path that reads as a folder named "s3:".
+        raise TrainingStatusValueError(
+            f"TrainStatusCheckpointIO cannot {action} {given!r}: it looks like a URL whose '//' a pathlib.Path "
+            "collapsed (the strategy made a Path of ModelCheckpoint's remote dirpath), and would be written on this "
+            "machine's disk, never where the dirpath says. Use a strategy that passes the URL as given (one device, "
+            "DDP), or a local dirpath. Nothing was saved."
+        )
     if not isinstance(given, str) or "://" in given:
         raise TrainingStatusError(
             f"TrainStatusCheckpointIO cannot {action} {given!r}: it makes local files durable (fsync and "
@@ -97,8 +109,11 @@ def score(checkpoint: Mapping[str, Any], folder: str) -> float | None:
 
 
 def _folder(dirpath: str) -> str:
-    """``dirpath`` as the plugin keys its folders: a URL as given (no trailing slash), a local path absolute."""
-    return dirpath.rstrip("/") if is_remote(dirpath) else os.path.abspath(dirpath)
+    """``dirpath`` as the plugin keys its folders: a URL as given (no trailing slash), a local path
+    absolute (a ``file:///`` URL, which Lightning writes to as the local path, as that path)."""
+    if is_remote(dirpath):
+        return dirpath.rstrip("/")
+    return os.path.abspath(dirpath[len("file://"):] if dirpath.startswith("file:///") else dirpath)
 
 
 def whole(folder: str) -> Callable[[dict[str, Any]], bool]:
@@ -185,7 +200,9 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
     given = os.fspath(dirpath)
     if is_remote(given):  # ModelCheckpoint's dirpath on an object store: remote.refuse_checkpoint_given checks it
         return given.rstrip("/")
-    folder = os.path.abspath(given)
+    if given.startswith("file://") and not given.startswith("file:///"):
+        raise TrainingStatusValueError(f"last_complete_checkpoint({given!r}): {file_url_advice(given)}")
+    folder = _folder(given)
     sharded = os.path.isdir(folder) and any(os.path.exists(os.path.join(folder, name))
                                             for name in ("meta.pt", ".metadata"))  # a sharded strategy's .ckpt
     holds_list = os.path.exists(os.path.join(folder, "training_status.json"))  # a dirpath of that name
@@ -198,23 +215,20 @@ def resume_folder(dirpath: str | os.PathLike[str]) -> str:
     return folder
 
 
-def refuse_remote(callbacks: list[Any], sharded: bool, strategy: str) -> None:
+def refuse_remote(callbacks: list[Any], why: str | None) -> None:
     """Refuse, at the start of fit, before any step, a ``ModelCheckpoint`` whose folder (its
     dirpath, resolved by then from the logger's save_dir or default_root_dir when not given) is on
-    remote storage (``s3://``, as Lightning allows through fsspec) when the strategy saves sharded
-    folders (every rank's files, past ``CheckpointIO``): trainstatus records those on a local or
-    shared filesystem only, and the first save would fail after the first steps' work. One file
-    saved through ``CheckpointIO`` is recorded there (``_lightning.remote``)."""
+    remote storage (``s3://``, as Lightning allows through fsspec) when the strategy cannot have it
+    recorded there (``why``, from ``strategies.remote_refusal``; None: it can). One file saved through
+    ``CheckpointIO`` with the URL as given is recorded there (``_lightning.remote``)."""
     places = [str(callback.dirpath) for callback in callbacks if getattr(callback, "dirpath", None) is not None]
     remote = [place for place in places if is_remote(place)]
-    if remote and sharded:
+    if remote and why is not None:
         raise TrainingStatusValueError(
-            f"TrainStatusCallback: the checkpoints would go to {remote[0]}, remote storage, and {strategy} saves each "
-            "checkpoint as a folder every rank writes into, past TrainStatusCheckpointIO: trainstatus records such "
-            "folders on a local or shared filesystem only, so nothing could be recorded. Give ModelCheckpoint a "
-            "local or shared dirpath (and copy the folders out after the run), or a strategy that saves one file "
-            "through CheckpointIO (DDP; FSDP with state_dict_type='full'), which trainstatus records on remote "
-            "storage. Nothing was trained."
+            f"TrainStatusCallback: the checkpoints would go to {remote[0]}, remote storage, and {why}, so nothing "
+            "could be recorded there. Give ModelCheckpoint a local or shared dirpath (and copy the checkpoints out "
+            "after the run), or use a strategy that saves one file through CheckpointIO with the path as given "
+            "(one device, DDP), which trainstatus records on remote storage. Nothing was trained."
         )
 
 
@@ -239,7 +253,9 @@ def status_files(callbacks: list[Any], given: str | None) -> list[str]:
 def _remote_status(folder: str, given: str | None) -> str:
     """The status file of the folder ``folder`` on an object store; refused now, before the first
     step, when fsspec cannot reach it or trainstatus keeps no status file on that store."""
-    return Folder.of_url(folder).status_path(given, STATUS_FILE, "ModelCheckpoint's dirpath")
+    path = Folder.of_url(folder).status_path(given, STATUS_FILE, "ModelCheckpoint's dirpath")
+    check_location(path)  # a scheme trainstatus keeps no status file on (s3a://, memory://): refused now
+    return path
 
 
 def unrecorded(folder: str, status_path: str, entries: list[Any]) -> str | None:

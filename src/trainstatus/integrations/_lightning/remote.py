@@ -28,11 +28,11 @@ from ..._checkpoints.files import CHECKPOINTS, FILES
 from ..._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
 from ..._committing import retold
 from ..._store import StatusStore
-from .._shared.choice import Words, warn_passed_over
+from .._shared.choice import Words, recorded, warn_passed_over
 from .._shared.folder import Folder, choose, is_remote, listed_entries
 from .common import CATEGORY, LIGHTNING_META, STATUS_FILE, refuse_status_inside, score
 
-__all__ = ["RemoteList", "is_remote", "join", "newest", "refuse_checkpoint_given", "remove", "save", "split"]
+__all__ = ["RemoteList", "is_remote", "join", "newest", "reach", "refuse_checkpoint_given", "remove", "save", "split"]
 
 _WHOSE = "ModelCheckpoint's dirpath"
 _METADATA = ".metadata"  # a DCP folder's (a sharded strategy's .ckpt folder)
@@ -55,7 +55,10 @@ class RemoteList:
         self.folder = Folder.of_url(folder_url)
         self.path = self.folder.status_path(status_path, STATUS_FILE, _WHOSE)
         refuse_status_inside(folder_url, self.path, who)
-        self.store = StatusStore(self.path)
+        # A local status file whose history is there (the file itself lost) is put back, as the local
+        # plugin's resume does; on an object store, an object that is not there reads as empty.
+        self.store = (StatusStore(self.path) if is_remote(self.path) else
+                      StatusStore(self.path, resume=recorded(self.path)))
         self._where = f"{CATEGORY}/{CHECKPOINTS} in {self.path}"
 
     def record(self, name: str, steps: int, reward: float | None) -> dict[str, Any]:
@@ -92,6 +95,17 @@ class RemoteList:
 
 def _names(entry: Any, name: str) -> bool:
     return isinstance(entry, Mapping) and entry.get("file_path") == name
+
+
+def reach(status_url: str) -> bool:
+    """Read the status file ``status_url`` once (rank 0, at the start of fit): credentials, endpoint
+    or bucket wrong are said before the first step, not at the first save. True: it was read."""
+    store = StatusStore(status_url)
+    try:
+        store.to_dict()
+    finally:
+        store.close()
+    return True
 
 
 def refuse_checkpoint_given(url: str) -> None:

@@ -22,7 +22,11 @@ def decide(given: Resumed, timeout: float | None, shown: str | None = None) -> t
     reads), and the folder as it is shown."""
     shown = given.folder if shown is None else shown
     if remote.is_remote(given.folder):  # every host reads the same store: nothing to check per host
-        name = _resuming.decide(lambda: remote.newest(given.folder, given.status_path, WORDS), lambda _: {},
+        def newest() -> str | None:  # rank 0's: its error (a checkpoint given for its folder) reaches every rank
+            remote.refuse_checkpoint_given(given.folder)
+            return remote.newest(given.folder, given.status_path, WORDS)
+
+        name = _resuming.decide(newest, lambda _: {},
                                 given.folder, what=f"the newest complete checkpoint of {shown}", timeout=timeout)
         return name, shown.rstrip("/")
     folder, path = given.folder, given.status_path or status_path(given.folder, None)

@@ -55,7 +55,7 @@ from .._ranks.saving import entry_fields, record
 from .._shared.upkeep import drop
 from .common import deepspeed_problem, local, score, status_path
 
-__all__ = ["DEEPSPEED", "IO", "SHARDED", "Resumed", "agree", "how_it_saves", "record_sharded_saves",
+__all__ = ["DEEPSPEED", "IO", "SHARDED", "Resumed", "agree", "how_it_saves", "remote_refusal", "record_sharded_saves",
            "refuse_reshard_at_load", "timeout_of"]
 
 IO = "CheckpointIO"
@@ -63,6 +63,19 @@ SHARDED = "sharded"
 DEEPSPEED = "deepspeed"
 
 _MODEL_PARALLEL: Any = getattr(pl_strategies, "ModelParallelStrategy", None)  # Lightning >= 2.4
+
+
+def remote_refusal(strategy: Strategy, how: str) -> str | None:
+    """Why ``strategy``'s checkpoints cannot be recorded in a remote ``dirpath``, or None."""
+    kind = type(strategy).__name__
+    if how != IO:
+        return (f"{kind} saves each checkpoint as a folder every rank writes into, past TrainStatusCheckpointIO, which "
+                "trainstatus records on a local or shared filesystem only")
+    if type(strategy).save_checkpoint is not Strategy.save_checkpoint:
+        # FSDPStrategy (full state dict), ModelParallelStrategy(save_distributed_checkpoint=False)
+        return (f"{kind} hands CheckpointIO the path as a pathlib.Path, which makes s3://bucket/x.ckpt the local "
+                "path s3:/bucket/x.ckpt: the checkpoints would be written on this machine's disk")
+    return None
 
 
 def how_it_saves(strategy: Strategy, sharded: bool | None) -> str:

@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._checkpoints.checkpoint_list import as_list
 from ..._checkpoints.files import CHECKPOINTS, FILES
-from ..._errors import TrainingStatusValueError
+from ..._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusValueError
 
 __all__ = ["Folder", "choose", "is_remote", "listed_entries"]
 
-# A filesystem's name (pyarrow's type_name, or one of fsspec's protocols) -> the URL scheme
-# trainstatus opens a status file of that store with (_remote.location).
-_SCHEMES = {"s3": "s3", "s3a": "s3", "gcs": "gs", "gs": "gs", "az": "az", "abfs": "az", "abfss": "az"}
+# A filesystem's name -> the URL scheme trainstatus opens a status file of that store with
+# (_remote.location), where the folder's path on that filesystem is the same bucket/prefix. pyarrow's
+# type_name: its Azure filesystem ("abfs") is left out, as its path drops the storage account. An
+# fsspec folder's own URL scheme: adlfs's az://container/path names the account as trainstatus's
+# Azure store does (from the environment or storage options); abfs[s]://c@account... does not.
+_ARROW_SCHEMES = {"s3": "s3", "gcs": "gs"}
+_FSSPEC_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az"}
 
 
 def is_remote(path: str) -> bool:
@@ -61,10 +65,11 @@ class Folder:
             import fsspec.core
 
             fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
-        except (ImportError, ValueError) as exc:  # fsspec missing, or no implementation of the scheme installed
+        except (ImportError, ValueError) as exc:  # fsspec or the scheme's filesystem missing, or a bad URL
             raise TrainingStatusValueError(
-                f"Cannot reach the checkpoint folder {url}: {exc}. Install the fsspec filesystem of that store (s3fs "
-                "for s3://, gcsfs for gs://, adlfs for az://), as the training library itself needs it to write there.",
+                f"Cannot reach the checkpoint folder {url}: {exc}. If the fsspec filesystem of that store is not "
+                "installed, install it (s3fs for s3://, gcsfs for gs://, adlfs for az://), as the training library "
+                "itself needs it to write there; else fix the URL or the store's settings.",
                 path=url,
             ) from exc
         made = cls(root, fs)
@@ -79,7 +84,12 @@ class Folder:
     def scheme(self) -> str | None:
         """The URL scheme of the status file on this folder's store, or None (local, or a store trainstatus
         keeps no status file on)."""
-        return None if self.fs is None else _SCHEMES.get(_name(self.fs))
+        if self.fs is None:
+            return None
+        if self._files is not None and isinstance(self._files, _Arrow):
+            return _ARROW_SCHEMES.get(_name(self.fs))
+        given = (self.url or "").partition("://")[0]
+        return _FSSPEC_SCHEMES.get(given.lower())
 
     def shown(self, name: str | None = None) -> str:
         """The folder (or its checkpoint ``name``) as a user names it: a local path or a URL."""
@@ -111,27 +121,40 @@ class Folder:
 
     # -- what is there (an object store's: a local folder is read by _checkpoints) -------------
 
+    def _ask(self, question: Callable[[], Any], about: str) -> Any:
+        """``question()`` of the store, its failure (credentials, endpoint, permissions, a network
+        error: the filesystem's own exception) as a ``TrainingStatusCheckpointError`` naming the folder."""
+        try:
+            return question()
+        except TrainingStatusError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - s3fs, gcsfs, adlfs and pyarrow each raise their own
+            raise TrainingStatusCheckpointError(
+                f"Cannot list {self.shown(about or None)}: {type(exc).__name__}: {exc}. Check the store's credentials, "
+                "endpoint and permissions (the training library reaches it with the same ones); nothing was recorded, "
+                "removed or chosen.", path=self.shown()) from exc
+
     def sizes(self, name: str) -> dict[str, int]:
         """Every file of the checkpoint ``name`` (a folder, or one object) with its size, keyed
         ``name`` for an object and ``name/relative/path`` for a folder's, as local ones are recorded."""
         assert self._files is not None, "sizes() lists an object store's; a local checkpoint is read by new_entry"
+        files = self._files
         path = self.join(name)
-        found = self._files.files(path)
+        found = self._ask(lambda: files.files(path), name)
         return dict(sorted((name if relative == "" else posixpath.join(name, relative), size)
                            for relative, size in found.items()))
 
     def exists(self, name: str) -> bool:
         """Is the checkpoint ``name`` there (a folder, or an object)?"""
-        if self._files is None:
-            return os.path.exists(self.join(name))
-        return self._files.kind(self.join(name)) is not None
+        return self.kind(name) is not None
 
     def kind(self, name: str) -> str | None:
         """``"file"``, ``"directory"`` or None (not there) for ``name`` in this folder."""
         if self._files is None:
             path = self.join(name)
             return "directory" if os.path.isdir(path) else "file" if os.path.exists(path) else None
-        return self._files.kind(self.join(name))
+        files = self._files
+        return self._ask(lambda: files.kind(self.join(name)), name)  # type: ignore[no-any-return]
 
     def children(self) -> list[tuple[str, str]]:
         """The names in this folder, each with its kind (``"file"`` or ``"directory"``); none when it is not there."""
@@ -140,7 +163,14 @@ class Folder:
                 return sorted((n, "directory" if os.path.isdir(self.join(n)) else "file") for n in os.listdir(self.root))
             except OSError:
                 return []
-        return self._files.children(self.root)
+        files = self._files
+        return self._ask(lambda: files.children(self.root), "")  # type: ignore[no-any-return]
+
+    def remove(self, name: str) -> None:
+        """Remove the checkpoint ``name`` of an object store's folder (every object under it)."""
+        assert self._files is not None, "remove() is an object store's; a local folder is removed by _shared.upkeep"
+        files = self._files
+        self._ask(lambda: files.remove(self.join(name)), name)
 
     def problem(self, entry: Mapping[str, Any]) -> str | None:
         """Why the recorded checkpoint ``entry`` (on an object store) is not whole, or None: each
@@ -156,7 +186,8 @@ class Folder:
             if path not in found:
                 return f"{path} is missing"
             if found[path] != size:
-                return f"{path} has {found[path]:,} bytes, {size:,} recorded"
+                return f"{path} has {found[path]:,} bytes, {size:,} recorded" if type(size) is int else (
+                    f"{path} has {found[path]:,} bytes, and its recorded size {size!r} is not a number")
         return None
 
 
@@ -166,10 +197,12 @@ def listed_entries(store: Any, category: str) -> list[Any]:
     return list(as_list(store.get(category, CHECKPOINTS), store.path, category))
 
 
-def choose(folder: Folder, entries: list[Any]) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
+def choose(folder: Folder, entries: list[Any], check: Callable[[dict[str, Any]], bool] | None = None
+           ) -> tuple[dict[str, Any] | None, list[tuple[Any, str]]]:
     """The resume's rule on an object store (``_shared.choice.choose``'s, by listings): the entry
     with the highest ``steps`` (the later recorded of equal ones) whose files are all there with
-    their recorded sizes, and the newer ones passed over with why, newest first."""
+    their recorded sizes, and that ``check`` passes (it raises a ValueError saying why not, as the
+    checks of ``_formats`` do), and the newer ones passed over with why, newest first."""
 
     def newness(index: int) -> tuple[bool, int, int]:
         steps = entries[index].get("steps") if isinstance(entries[index], Mapping) else None
@@ -183,6 +216,11 @@ def choose(folder: Folder, entries: list[Any]) -> tuple[dict[str, Any] | None, l
             skipped.append((entry, f"an item of the list is not a checkpoint entry: {str(entry)[:80]}"))
             continue
         why = folder.problem(entry)
+        if why is None and check is not None:
+            try:
+                check(dict(entry))
+            except ValueError as exc:
+                why = str(exc)
         if why is None:
             return dict(entry), skipped
         skipped.append((entry, why))
@@ -223,6 +261,9 @@ class _Arrow:
         return ("file" if found == self._pa.FileType.File else
                 "directory" if found == self._pa.FileType.Directory else None)
 
+    def remove(self, path: str) -> None:
+        self.fs.delete_dir(path)
+
     def children(self, path: str) -> list[tuple[str, str]]:
         selector = self._pa.FileSelector(path, recursive=False, allow_not_found=True)
         return sorted((posixpath.basename(i.path), "directory" if i.type == self._pa.FileType.Directory else "file")
@@ -236,8 +277,13 @@ class _Fsspec:
     def __init__(self, fs: Any) -> None:
         self.fs = fs
 
-    def files(self, path: str) -> dict[str, int]:
+    def _fresh(self, path: str) -> None:
+        # s3fs and gcsfs drop the listings above a path with it; adlfs only the path's own entry.
         self.fs.invalidate_cache(path)
+        self.fs.invalidate_cache(posixpath.dirname(path))
+
+    def files(self, path: str) -> dict[str, int]:
+        self._fresh(path)
         try:
             info = self.fs.info(path)
         except FileNotFoundError:
@@ -249,15 +295,19 @@ class _Fsspec:
                 if i.get("type") == "file"}
 
     def kind(self, path: str) -> str | None:
-        self.fs.invalidate_cache(path)
+        self._fresh(path)
         try:
             found = self.fs.info(path).get("type")
         except FileNotFoundError:
             return None
         return "file" if found == "file" else "directory"
 
-    def children(self, path: str) -> list[tuple[str, str]]:
+    def remove(self, path: str) -> None:
+        self.fs.rm(path, recursive=True)
         self.fs.invalidate_cache(path)
+
+    def children(self, path: str) -> list[tuple[str, str]]:
+        self._fresh(path)
         try:
             listed = self.fs.ls(path, detail=True)
         except FileNotFoundError:
