@@ -38,7 +38,11 @@ def main() -> None:
     state = {mine: torch.zeros(4), "step": torch.tensor(0)}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        resume = tdcp.last_complete_checkpoint(url)
+        try:
+            resume = tdcp.last_complete_checkpoint(url)
+        except Exception as exc:  # a refusal: said, and the run stops
+            say(event="refused", rank=rank, type=type(exc).__name__, message=str(exc))
+            raise SystemExit(3) from None
     ours = [str(w.message) for w in caught if "trainstatus" in w.category.__module__]
     if resume is not None:
         dcp.load(state, checkpoint_id=resume)

@@ -148,6 +148,26 @@ def test_ctrl_c_inside_a_callback_python_cannot_raise_from_still_ends_the_comman
     assert "Exception ignored" not in done.stderr, done.stderr
 
 
+CHILD_DONE_FIRST = f"""\
+import sys, time, types
+import {MODULE} as entry
+from trainstatus._cli import base
+entry.install()
+base._python_sigint()
+base._interrupt_again(types.SimpleNamespace(exc_value=KeyboardInterrupt()))  # lost in a callback just now
+print(base._disarm(), base._disarm(), flush=True)  # the command returned first: run says "interrupted"
+time.sleep(0.2)
+print("no late interrupt", flush=True)
+"""
+
+
+def test_a_ctrl_c_still_pending_when_the_command_returns_is_said_once_and_never_raised_later() -> None:
+    done = subprocess.run([sys.executable, "-c", CHILD_DONE_FIRST], capture_output=True, text=True, env=_env(),
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.stdout == "True False\nno late interrupt\n", (done.stdout, done.stderr)
+    assert done.returncode == 0, done.stderr
+
+
 def test_importing_the_entry_module_imports_nothing_before_its_handler() -> None:
     code = (f"import sys; before = set(sys.modules); import {MODULE}; "
             "print(sorted(set(sys.modules) - before))")

@@ -222,9 +222,10 @@ def test_a_rank_of_a_launch_without_its_process_group_is_warned(tmp_path: Path,
         dcp.record(step, 1)
 
 
-def test_a_remote_status_file_for_local_folders_is_refused(tmp_path: Path) -> None:
+def test_a_remote_status_file_for_local_folders_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # It used to be made absolute as a local path ("<cwd>/s3:/bucket/..."): recorded there, never
     # found again by a resume given the URL. Folders on an object store take URLs themselves.
+    monkeypatch.chdir(tmp_path)  # where the old code would have written it
     made(tmp_path / "step-1")
     for call in (lambda: dcp.record(tmp_path / "step-1", 1, status_path="s3://bucket/status.json"),
                  lambda: dcp.last_complete_checkpoint(tmp_path, status_path="s3://bucket/status.json")):

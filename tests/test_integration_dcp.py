@@ -728,7 +728,11 @@ def test_folders_on_s3_are_recorded_by_every_rank_and_never_resumed_torn(torch_p
     assert any("was saved by 2 ranks and this run has 1" in w for w in resumed["warnings"]), resumed
     # A checkpoint folder given for the folder above it: refused, naming it.
     code, events = run(f"{url}/step-3", "steps", 0, ranks=1)
-    assert code != 0 and not events
+    [refused] = [e for e in events if e["event"] == "refused"]
+    assert (code, refused["type"]) == (3, "TrainingStatusValueError"), (code, events)
+    assert refused["message"].startswith(f"last_complete_checkpoint('{url}/step-3'): {url}/step-3 is a "
+                                         f"torch.distributed.checkpoint folder itself (it holds .metadata). Pass the "
+                                         f"folder above it, {url},"), refused
 
     inplace = f"s3://{bucket}/inplace"
     code, events = run(inplace, "inplace", 1)

@@ -273,34 +273,45 @@ def _python_sigint() -> None:
 
     ``_trainstatus_cli`` handles Ctrl-C from the start by exiting at once; from here on it raises
     ``KeyboardInterrupt`` instead, which a store holds back until a write in progress is done and
-    ``run`` turns into the same one line.
+    ``run`` turns into the same one line. SIGALRM gets the handler that raises a Ctrl-C lost in a
+    callback again (``_interrupt_again``): installed now, a store holds it back like SIGINT.
     """
     if getattr(_signal.getsignal(_signal.SIGINT), "trainstatus_early", False):
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        _signal.signal(_signal.SIGALRM, _alarm_interrupt)
         sys.unraisablehook = _interrupt_again
+
+
+_pending = [False]  # a Ctrl-C _interrupt_again has yet to raise (its timer running)
 
 
 def _interrupt_again(unraisable: Any) -> None:
     """``sys.unraisablehook``: a Ctrl-C that landed in a callback Python cannot raise from (a weakref
     callback of an import's module lock, in a command's lazy imports) is printed as "Exception
     ignored" and lost, and the command went on (CI saw it once in about 5,000 early interrupts). It
-    is raised again a millisecond later, past the callback, and ends the command as any Ctrl-C does.
-    (Sending SIGINT again from here would raise it in this hook: ``os.kill`` and ``raise_signal``
-    run the handler before they return.)"""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        try:
-            _signal.signal(_signal.SIGALRM, _alarm_interrupt)
-        except ValueError:  # not the main thread, which alone can set a handler: said as Python says it
-            pass
-        else:
-            _signal.setitimer(_signal.ITIMER_REAL, 0.001)
-            return
+    is raised again a millisecond later, past the callback, by SIGALRM's handler, and ends the
+    command as any Ctrl-C does; ``run`` says it if the command returned first. (Sending SIGINT again
+    from here would raise it in this hook: ``os.kill`` and ``raise_signal`` run the handler before
+    they return.)"""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _signal.getsignal(_signal.SIGALRM) is _alarm_interrupt:
+        _pending[0] = True
+        _signal.setitimer(_signal.ITIMER_REAL, 0.001)
+        return
     sys.__unraisablehook__(unraisable)
 
 
 def _alarm_interrupt(signum: int, frame: Any) -> None:
-    _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
-    raise KeyboardInterrupt
+    if _pending[0]:
+        _pending[0] = False
+        raise KeyboardInterrupt
+
+
+def _disarm() -> bool:
+    """Stop ``_interrupt_again``'s timer; True when it still had a Ctrl-C to raise."""
+    pending, _pending[0] = _pending[0], False
+    if pending:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+    return pending
 
 
 def run(args: argparse.Namespace) -> int:
@@ -321,6 +332,9 @@ def run(args: argparse.Namespace) -> int:
             _python_sigint()
             status: int = command(args)
             sys.stdout.flush()
+            if _disarm():  # a Ctrl-C lost in a callback, the command done before it was raised again
+                print(f"{PROG}: interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
             return status
         except _Fail as exc:
             _error(exc.message)
@@ -346,5 +360,8 @@ def run(args: argparse.Namespace) -> int:
             _error(_cli_words(_describe_os_error(exc) if isinstance(exc, OSError) else str(exc)))
             return EXIT_ERROR
         except KeyboardInterrupt:
+            _disarm()
             print(f"{PROG}: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+        finally:
+            _disarm()  # an error said already: no Ctrl-C raised after run returned

@@ -54,6 +54,7 @@ from .._errors import (
     TrainingStatusWriteError,
     warn,
 )
+from .._remote.location import file_url_advice
 from .._store import StatusStore
 from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
@@ -105,6 +106,7 @@ def record(checkpoint_dir: PathLike, step: int, *, status_path: PathLike | None 
     folder = _folder(checkpoint_dir, "record")
     _check_step(step, checkpoint_dir, "record")
     if _remote.is_remote(folder):  # on an object store (_dcp/remote.py): no fsync, no host apart
+        _check_keep(keep, folder)
         return _remote.record(folder, int(step), _given(status_path), keep, reward, timeout)
     root, name = os.path.split(folder)
     path = _status_path(root, status_path)
@@ -159,6 +161,7 @@ def save(state_dict: Any, checkpoint_dir: PathLike, step: int, *, status_path: P
     folder = _folder(checkpoint_dir, "save into")
     _check_step(step, checkpoint_dir, "save")
     if _remote.is_remote(folder):
+        _check_keep(keep, folder)
         _remote.unlist(folder, _given(status_path), timeout)
         from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -307,7 +310,20 @@ def _folder(given: Any, action: str) -> str:
             "os.PathLike) or an fsspec URL (s3://...), the one passed to dcp.save(checkpoint_id=...)."
         )
     text = os.fspath(given)
+    if text.startswith("file://"):  # the local path it names (dcp.save writes there); another host's is refused
+        if not text.startswith("file:///"):
+            raise TrainingStatusValueError(f"trainstatus.integrations.dcp cannot {action} {text!r}: "
+                                           f"{file_url_advice(text)}")
+        text = text[len("file://"):]
     return text.rstrip("/") if _remote.is_remote(text) else os.path.abspath(text)
+
+
+def _check_keep(keep: Any, folder: str) -> None:
+    """``keep`` as ``CheckpointList`` takes it (a local folder's list checks it there), before any collective."""
+    if keep is not None and (type(keep) is not int or keep < 1):
+        raise (TrainingStatusValueError if type(keep) is int else TrainingStatusTypeError)(
+            f"keep= must be a number of checkpoint folders >= 1, or None to keep every one, not {keep!r}, for "
+            f"{folder}.", path=folder)
 
 
 def _given(status_path: PathLike | None) -> str | None:

@@ -24,12 +24,22 @@ from typing import Any
 
 from ..._checkpoints.files import CHECKPOINTS, FILES
 from ..._committing import retold
-from ..._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
+from ..._errors import (
+    TrainingStatusCheckpointError,
+    TrainingStatusCheckpointWarning,
+    TrainingStatusError,
+    TrainingStatusValueError,
+    TrainingStatusWriteError,
+    warn,
+)
 from ..._store import StatusStore
 from .._formats.dcp_metadata import METADATA, whole
+from .._ranks.collectives import barrier, group
+from .._ranks.hosts import ranks
 from .._ranks.resuming import decide
 from .._ranks.saving import entry_fields
-from .._shared.choice import later, reasons
+from .._shared import lease as _lease
+from .._shared.choice import later, reasons, recorded
 from .._shared.folder import Folder, choose, is_remote, listed_entries
 from .places import refuse_status_inside, warn_saved_over
 
@@ -41,9 +51,27 @@ _WHOSE = "the DCP checkpoint folders"
 
 
 def split(url: str) -> tuple[str, str]:
-    """A checkpoint folder's URL as the URL of the folder above it and its name."""
+    """A checkpoint folder's URL as the URL of the folder above it and its name; a bucket itself
+    (``s3://bucket``) is refused: the status file and the other checkpoint folders go above it."""
     root, _, name = url.rstrip("/").rpartition("/")
+    if root.endswith(":/"):
+        raise TrainingStatusValueError(
+            f"trainstatus.integrations.dcp cannot save into or record {url}: it is a bucket, not a checkpoint folder "
+            f"in one. Give each checkpoint a folder of its own below a prefix ({url}/ckpt/step-4), as "
+            "dcp.save(checkpoint_id=...) does; the status file goes beside those folders.", path=url)
     return root, name
+
+
+def _safe(name: Any) -> bool:
+    """A checkpoint folder's name this integration would remove: one path segment, as ``record`` writes
+    them (an entry edited by hand, "" or "../x", must never make it remove the folder above, or another)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
+def _store(path: str) -> StatusStore:
+    """The status file: an object (one not there reads as empty), or a local file put back from its
+    history when it was lost, as a local run's is."""
+    return StatusStore(path) if is_remote(path) else StatusStore(path, resume=recorded(path))
 
 
 def _place(root_url: str, status_path: str | None, url: str | None = None) -> tuple[Folder, str]:
@@ -74,7 +102,8 @@ def unlist(url: str, status_path: str | None, timeout: float | None) -> None:
     folder, path = _place(root_url, status_path, url)
 
     def drop() -> None:
-        store = StatusStore(path)
+        _lease.take(path, "trainstatus.integrations.dcp.save")  # a local status file's (lease.py); none on a store
+        store = _store(path)
         try:
             if any(_names(e, name) for e in listed_entries(store, CATEGORY)):
                 _write(store, lambda current: [e for e in current if not _names(e, name)])
@@ -90,8 +119,14 @@ def record(url: str, step: int, status_path: str | None, keep: int | None, rewar
     root_url, name = split(url)
     folder, path = _place(root_url, status_path, url)
     fields = entry_fields()  # world_size: every rank's, the same
+    what = f"recording {url} (step {step})"
+    me = ranks()
+    if me is not None:  # every rank's save returned (a rank that stopped after its save is named here)
+        barrier(group(timeout, what), me, what)
 
     def write() -> dict[str, Any]:
+        _lease.take(path, "trainstatus.integrations.dcp.record",
+                    stopped=f"Nothing was recorded; {url} is left as dcp.save wrote it.")
         files = folder.sizes(name)
         if f"{name}/{METADATA}" not in files:
             raise TrainingStatusCheckpointError(
@@ -107,30 +142,52 @@ def record(url: str, step: int, status_path: str | None, keep: int | None, rewar
 
         def change(current: list[Any]) -> list[Any]:
             # Entries of later steps (a run that went back saves over their folders) and this
-            # folder's own leave the list; keep=N drops the oldest beyond N, removed below.
+            # folder's own leave the list; keep=N drops the oldest beyond N, removed below. (A
+            # transaction may run this again on a newer list: what it found is set afresh each time.)
             over[:] = [e for e in current if _names(e, name) and e.get("steps") != int(step)]
             kept = [e for e in current if not (_names(e, name) or (isinstance(e, Mapping) and later(e, int(step))))]
             kept.append(entry)
+            dropped: set[int] = set()
             if keep is not None and len(kept) > keep:
                 order = sorted(range(len(kept)), key=lambda i: (_steps(kept[i]), i))
                 dropped = set(order[:len(kept) - keep]) - {len(kept) - 1}
-                gone[:] = [kept[i]["file_path"] for i in sorted(dropped) if _is_entry(kept[i])]
-                kept = [e for i, e in enumerate(kept) if i not in dropped]
-            return kept
+            left = [e for i, e in enumerate(kept) if i not in dropped]
+            still = {e.get("file_path") for e in left if isinstance(e, Mapping)}  # two entries may name one folder
+            gone[:] = [kept[i]["file_path"] for i in sorted(dropped)
+                       if _is_entry(kept[i]) and kept[i]["file_path"] not in still]
+            return left
 
-        store = StatusStore(path)
+        store = _store(path)
         try:
             _write(store, change)
         finally:
             store.close()
         if over:  # as on a disk (dcp.record): the save is whole now; the window behind it was not
             warn_saved_over(url, over[0].get("steps"), step, path)
-        for old in gone:  # unlisted first (on the store), removed after: a listed folder is never gone
-            if old != name and folder.exists(old):
-                folder.remove(old)
+        _remove(folder, [old for old in gone if old != name], path)
         return entry
 
-    return decide(write, lambda _: {}, root_url, what=f"recording {url} (step {step})", timeout=timeout)
+    return decide(write, lambda _: {}, root_url, what=what, timeout=timeout)
+
+
+def _remove(folder: Folder, names: list[str], path: str) -> None:
+    """Remove the folders ``keep`` dropped, unlisted already (a listed folder is never gone). One that
+    cannot be removed is said, not raised: the record is written, and the run goes on."""
+    for name in names:
+        if not _safe(name):
+            warn(TrainingStatusCheckpointWarning(
+                f"Not removing {name!r}, dropped from {path} by keep=: not the name of a checkpoint folder in "
+                f"{folder.shown()} (an entry edited by hand?). Remove what it names yourself, if anything.",
+                path=path, category=CATEGORY))
+            continue
+        try:
+            if folder.exists(name):
+                folder.remove(name)
+        except TrainingStatusError as exc:
+            warn(TrainingStatusCheckpointWarning(
+                f"{folder.shown(name)} was dropped from {path} by keep= but could not be removed ({exc.__cause__ or exc}); "
+                "it is no longer listed and takes space: remove it yourself, or give this job delete permission.",
+                path=path, category=CATEGORY))
 
 
 def last_complete(root_url: str, status_path: str | None, timeout: float | None,
@@ -138,6 +195,22 @@ def last_complete(root_url: str, status_path: str | None, timeout: float | None,
     """``dcp.last_complete_checkpoint`` of folders on an object store: the folder's URL, or None.
     ``note(entry, url, status_path)`` says what to say of the folder chosen (rank 0)."""
     folder, path = _place(root_url, status_path)
+
+    def unlist_passed(skipped: list[tuple[Any, str]]) -> str:
+        """Drop the newer entries passed over (this run saves over their folders as it reaches their
+        steps, and one half saved over must never be found listed, as on a disk); what to say of them."""
+        passed = [e for e, _ in skipped]
+        try:
+            store = _store(path)
+            try:
+                _write(store, lambda current: [e for e in current if e not in passed])
+            finally:
+                store.close()
+        except (TrainingStatusWriteError, TrainingStatusCheckpointError) as exc:
+            return (f"They could not be unlisted ({exc}): they stay listed, and a record of a later save into one "
+                    f"of them replaces its entry.")
+        return (f"They are no longer listed (this run saves over their folders as it reaches their steps, and a "
+                f"folder half saved over must not be found listed); their objects are left in {root_url}.")
 
     def pick() -> dict[str, Any] | None:
         if folder.kind(METADATA) == "file":  # a checkpoint folder given for the folder above it: not a fresh run
@@ -147,7 +220,7 @@ def last_complete(root_url: str, status_path: str | None, timeout: float | None,
                 f"(it holds {METADATA}). Pass the folder above it, {above}, which holds the checkpoint folders and the "
                 "status file training_status.json that record() writes beside them. Nothing was read or changed.",
                 path=path)
-        store = StatusStore(path)
+        store = _store(path)
         try:
             entries = listed_entries(store, CATEGORY)
         finally:
@@ -158,10 +231,9 @@ def last_complete(root_url: str, status_path: str | None, timeout: float | None,
                      "ones cannot be resumed from" if entry is not None else
                      f"No checkpoint recorded in {path} can be resumed from")
             end = "" if entry is not None else " last_complete_checkpoint() returns None: the run starts from scratch."
-            warn(TrainingStatusCheckpointWarning(
-                f"{start}: {reasons(skipped)}.{end} They stay listed until this run records a step at or before "
-                f"theirs (record drops later steps), and their objects are left in {root_url}.",
-                skipped=list(skipped), path=path, category=CATEGORY))
+            said = unlist_passed(skipped)
+            warn(TrainingStatusCheckpointWarning(f"{start}: {reasons(skipped)}.{end} {said}",
+                                                 skipped=list(skipped), path=path, category=CATEGORY))
         if entry is not None:
             note(entry, f"{root_url}/{entry['file_path']}", path)
         if entry is None:

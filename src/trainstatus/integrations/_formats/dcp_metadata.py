@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._checkpoints.files import FILES
+from ..._errors import TrainingStatusCheckpointError
 
 __all__ = ["METADATA", "chunks", "reader", "whole"]
 
@@ -37,9 +38,19 @@ def chunks(folder: str) -> list[tuple[str, int, int]]:
         if "://" in folder:  # on an object store, through fsspec (_dcp.remote): one GET of .metadata
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-            metadata = FsspecReader(folder).read_metadata()
+            try:
+                metadata = FsspecReader(folder).read_metadata()
+            except FileNotFoundError:
+                raise
+            except OSError as exc:  # the store did not answer (credentials, throttling): not "not whole"
+                raise TrainingStatusCheckpointError(
+                    f"Cannot read {folder}/{METADATA}: {type(exc).__name__}: {exc}. Check the store's credentials, "
+                    "endpoint and permissions, and try again; nothing was chosen, unlisted or started over.",
+                    path=folder) from exc
         else:
             metadata = FileSystemReader(folder).read_metadata()
+    except TrainingStatusCheckpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means "not whole"
         raise ValueError(f"{os.path.join(os.path.basename(folder), METADATA)} cannot be read "
                          f"({type(exc).__name__}: {exc})") from None

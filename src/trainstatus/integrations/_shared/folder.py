@@ -121,7 +121,7 @@ class Folder:
 
     # -- what is there (an object store's: a local folder is read by _checkpoints) -------------
 
-    def _ask(self, question: Callable[[], Any], about: str) -> Any:
+    def _ask(self, question: Callable[[], Any], about: str, doing: str = "list") -> Any:
         """``question()`` of the store, its failure (credentials, endpoint, permissions, a network
         error: the filesystem's own exception) as a ``TrainingStatusCheckpointError`` naming the folder."""
         try:
@@ -130,9 +130,9 @@ class Folder:
             raise
         except Exception as exc:  # noqa: BLE001 - s3fs, gcsfs, adlfs and pyarrow each raise their own
             raise TrainingStatusCheckpointError(
-                f"Cannot list {self.shown(about or None)}: {type(exc).__name__}: {exc}. Check the store's credentials, "
-                "endpoint and permissions (the training library reaches it with the same ones); nothing was recorded, "
-                "removed or chosen.", path=self.shown()) from exc
+                f"Cannot {doing} {self.shown(about or None)}: {type(exc).__name__}: {exc}. Check the store's "
+                "credentials, endpoint and permissions (the training library reaches it with the same ones).",
+                path=self.shown()) from exc
 
     def sizes(self, name: str) -> dict[str, int]:
         """Every file of the checkpoint ``name`` (a folder, or one object) with its size, keyed
@@ -170,7 +170,7 @@ class Folder:
         """Remove the checkpoint ``name`` of an object store's folder (every object under it)."""
         assert self._files is not None, "remove() is an object store's; a local folder is removed by _shared.upkeep"
         files = self._files
-        self._ask(lambda: files.remove(self.join(name)), name)
+        self._ask(lambda: files.remove(self.join(name)), name, "remove")
 
     def problem(self, entry: Mapping[str, Any]) -> str | None:
         """Why the recorded checkpoint ``entry`` (on an object store) is not whole, or None: each
