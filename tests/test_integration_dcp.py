@@ -758,6 +758,8 @@ def test_folders_on_s3_are_recorded_by_every_rank_and_never_resumed_torn(torch_p
         assert (event["path"], event["step"]) == (None, 0)
     warned = [w for e in events if e["event"] == "resumed" for w in e["warnings"]]
     assert warned == [f"Passed over latest in {inplace}: torch.distributed.checkpoint folders not recorded in "
-                      f"{inplace}/training_status.json, so not known to be whole. last_complete_checkpoint() returns "
-                      "None: the run starts from scratch. If one of them is whole and yours, record it "
-                      "(record(folder, step))."], warned
+                      f"{inplace}/training_status.json (a save that did not finish, one saved over in place while the "
+                      "run stopped, or one saved without trainstatus.integrations.dcp.record or save), so not known to "
+                      "be whole. last_complete_checkpoint() returns None: the run starts from scratch. If one of them "
+                      "is whole and yours, record it (record(folder, step)) or load it yourself; if the status file is "
+                      "elsewhere, pass status_path=."], warned

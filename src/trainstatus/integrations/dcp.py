@@ -51,7 +51,6 @@ from .._errors import (
     TrainingStatusCheckpointWarning,
     TrainingStatusTypeError,
     TrainingStatusValueError,
-    TrainingStatusWriteError,
     warn,
 )
 from .._remote.location import file_url_advice
@@ -60,10 +59,11 @@ from ._ranks.resuming import decide, entry_files
 from ._ranks.saving import entry_fields
 from ._ranks.saving import record as _record
 from ._shared import lease as _lease
-from ._shared.choice import choose_unlisting, later, left_listed, reasons, recorded
+from ._shared.choice import choose_unlisting, later, recorded
 from ._dcp import remote as _remote
-from ._dcp.places import (refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_saved_over,
-                          warn_unrecorded)
+from ._shared.folder import given_status, refuse_remote_status
+from ._dcp.places import (refuse_checkpoint_folder, refuse_status_inside, unrecorded, warn_alone, warn_passed_over,
+                          warn_saved_over, warn_unrecorded)
 from ._ranks.hosts import ranks
 from ._formats.dcp_metadata import METADATA, reader, whole
 from ._shared.upkeep import drop
@@ -231,7 +231,7 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
             checkpoints = CheckpointList(store, CATEGORY, keep=None, root=root)
             entry, skipped, refused = choose_unlisting(checkpoints, whole(root))
             if skipped:
-                _warn_passed_over(entry, skipped, path, root, shown, refused)
+                warn_passed_over(entry, skipped, path, root, shown, refused)
             if entry is not None:
                 _note_world_size(entry, os.path.join(shown, entry["file_path"]), path)
             if entry is None:  # never a bare None while checkpoint folders lie there: name them
@@ -244,26 +244,6 @@ def last_complete_checkpoint(directory: PathLike, *, status_path: PathLike | Non
 
     entry = decide(pick, entry_files, root, what=f"the newest complete checkpoint of {shown}", timeout=timeout)
     return None if entry is None else os.path.join(shown, entry["file_path"])
-
-
-def _warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, str]], path: str, root: str,
-                      shown: str, refused: TrainingStatusWriteError | None) -> None:
-    """Say which newer recorded folders a resume passed over, and that they are no longer listed
-    (or, ``refused``, that the status file could not be written to unlist them)."""
-    if entry is not None:
-        start = (f"{os.path.join(shown, entry['file_path'])} is the newest whole checkpoint recorded in {path}; "
-                 "the newer ones cannot be resumed from")
-        fresh = ""
-    else:
-        start = f"No checkpoint recorded in {path} can be resumed from"
-        fresh = " last_complete_checkpoint() returns None: the run starts from scratch."
-    left = left_listed(path, refused) if refused is not None else (
-        f"They are no longer listed "
-        f"(this run saves over their folders as it reaches their steps, and a folder half saved over must not "
-        f"be found listed); their files are left in {root}. To keep them, stop and move them out of {root}, "
-        "or save into another folder.")
-    warn(TrainingStatusCheckpointWarning(f"{start}: {reasons(skipped)}.{fresh} {left}",
-                                         skipped=list(skipped), path=path, category=CATEGORY))
 
 
 def _listed_as(store: StatusStore, folder: str) -> list[dict[str, Any]]:
@@ -327,20 +307,11 @@ def _check_keep(keep: Any, folder: str) -> None:
 
 
 def _given(status_path: PathLike | None) -> str | None:
-    """A status path as given: a URL as it is, a local path absolute."""
-    if status_path is None:
-        return None
-    text = os.fspath(status_path)
-    return text if "://" in text else os.path.abspath(text)
+    return None if status_path is None else given_status(os.fspath(status_path))
 
 
 def _status_path(root: str, status_path: PathLike | None) -> str:
-    if status_path is not None and _remote.is_remote(os.fspath(status_path)):
-        # Made absolute as a local path, it would never be found again: every resume a fresh run.
-        raise TrainingStatusValueError(
-            f"The status file {os.fspath(status_path)} is on remote storage and the checkpoint folders it would list "
-            f"are in the local folder {root}: trainstatus keeps a status file on an object store for checkpoint "
-            "folders there (checkpoint_id='s3://...'). Pass a local status_path=, or none (training_status.json "
-            "beside the checkpoint folders). Nothing was read or changed.", path=os.fspath(status_path))
+    refuse_remote_status(None if status_path is None else os.fspath(status_path), root, "checkpoint folders",
+                         "checkpoint_id='s3://...'")
     return os.path.join(root, STATUS_FILE) if status_path is None else os.path.abspath(os.fspath(status_path))
 

@@ -60,7 +60,8 @@ from .._storage import atomic as _atomic
 from .._storage import filenames as _names
 from .._store import StatusStore
 from ._lightning import remote as _remote
-from ._lightning.resume import decide, given_path
+from ._lightning.resume import decide
+from ._shared.folder import given_status
 from ._lightning import strategies as _strategies
 from ._lightning.common import (
     CATEGORY,
@@ -131,7 +132,7 @@ class TrainStatusCheckpointIO(CheckpointIO):
                 f"({status_path!r})."
             )
         self.checkpoint_io = checkpoint_io
-        self.status_path = None if status_path is None else given_path(os.fspath(status_path))
+        self.status_path = None if status_path is None else given_status(os.fspath(status_path))
         self._lists: dict[str, CheckpointList] = {}  # by folder
         self._remote: dict[str, _remote.RemoteList] = {}  # by folder URL: ModelCheckpoint's dirpath on an object store
 
@@ -379,7 +380,7 @@ def last_complete_checkpoint(dirpath: str | os.PathLike[str], *, status_path: st
     given in place of ``dirpath``, or a remote ``dirpath``, raises ``TrainingStatusValueError``.
     """
     folder = resume_folder(dirpath)
-    status = None if status_path is None else given_path(os.fspath(status_path))
+    status = None if status_path is None else given_status(os.fspath(status_path))
     if _remote.is_remote(folder):  # the status file's URL is known once fsspec made the filesystem (decide)
         path = status
     else:

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 
-from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
+from collections.abc import Mapping
+from typing import Any
+
+from ..._errors import TrainingStatusCheckpointWarning, TrainingStatusValueError, TrainingStatusWriteError, warn
 from .._formats.dcp_metadata import METADATA
+from .._shared.choice import left_listed, reasons
 from .._shared.inside import inside
 
-__all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_alone", "warn_saved_over",
+__all__ = ["refuse_checkpoint_folder", "refuse_status_inside", "unrecorded", "warn_alone", "warn_passed_over", "warn_saved_over",
            "warn_unrecorded"]
 
 
@@ -105,3 +109,24 @@ def warn_saved_over(folder: str, listed: object, step: int, status_path: str) ->
         "unlists the folder before it saves over it, or save each step into a folder of its own.",
         path=status_path, category="dcp",
     ))
+
+
+def warn_passed_over(entry: Mapping[str, Any] | None, skipped: list[tuple[Any, str]], path: str, root: str,
+                      shown: str, refused: TrainingStatusWriteError | None) -> None:
+    """Say which newer recorded folders a resume passed over, and that they are no longer listed
+    (or, ``refused``, that the status file could not be written to unlist them). ``shown`` and
+    ``root``: the folder as given and as read (a local path, or the URL of one on an object store)."""
+    if entry is not None:
+        start = (f"{os.path.join(shown, entry['file_path'])} is the newest whole checkpoint recorded in {path}; "
+                 "the newer ones cannot be resumed from")
+        fresh = ""
+    else:
+        start = f"No checkpoint recorded in {path} can be resumed from"
+        fresh = " last_complete_checkpoint() returns None: the run starts from scratch."
+    left = left_listed(path, refused) if refused is not None else (
+        f"They are no longer listed "
+        f"(this run saves over their folders as it reaches their steps, and a folder half saved over must not "
+        f"be found listed); their files are left in {root}. To keep them, stop and move them out of {root}, "
+        "or save into another folder.")
+    warn(TrainingStatusCheckpointWarning(f"{start}: {reasons(skipped)}.{fresh} {left}",
+                                         skipped=list(skipped), path=path, category="dcp"))

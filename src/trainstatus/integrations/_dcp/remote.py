@@ -22,8 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..._checkpoints.files import CHECKPOINTS, FILES
-from ..._committing import retold
+from ..._checkpoints.files import FILES
 from ..._errors import (
     TrainingStatusCheckpointError,
     TrainingStatusCheckpointWarning,
@@ -32,16 +31,15 @@ from ..._errors import (
     TrainingStatusWriteError,
     warn,
 )
-from ..._store import StatusStore
 from .._formats.dcp_metadata import METADATA, whole
 from .._ranks.collectives import barrier, group
 from .._ranks.hosts import ranks
 from .._ranks.resuming import decide
 from .._ranks.saving import entry_fields
 from .._shared import lease as _lease
-from .._shared.choice import later, reasons, recorded
-from .._shared.folder import Folder, choose, is_remote, listed_entries
-from .places import refuse_status_inside, warn_saved_over
+from .._shared.choice import later
+from .._shared.folder import Folder, choose, is_remote, listed_entries, open_status, rewrite
+from .places import refuse_status_inside, warn_passed_over, warn_saved_over, warn_unrecorded
 
 __all__ = ["is_remote", "last_complete", "record", "split", "unlist"]
 
@@ -68,12 +66,6 @@ def _safe(name: Any) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
 
 
-def _store(path: str) -> StatusStore:
-    """The status file: an object (one not there reads as empty), or a local file put back from its
-    history when it was lost, as a local run's is."""
-    return StatusStore(path) if is_remote(path) else StatusStore(path, resume=recorded(path))
-
-
 def _place(root_url: str, status_path: str | None, url: str | None = None) -> tuple[Folder, str]:
     """The folder above the checkpoint folders, and the status file; one inside the checkpoint
     folder ``url`` is refused (a save into it writes around it), from the paths alone."""
@@ -82,14 +74,6 @@ def _place(root_url: str, status_path: str | None, url: str | None = None) -> tu
     if url is not None:
         refuse_status_inside(path, url, f"record {url}", look=False)
     return folder, path
-
-
-def _write(store: StatusStore, change: Any) -> None:
-    def body(store: StatusStore) -> None:
-        store.set(CATEGORY, CHECKPOINTS, change(listed_entries(store, CATEGORY)))
-
-    with retold("record the checkpoint again"):
-        store.run_transaction(body)
 
 
 def _names(entry: Any, name: str) -> bool:
@@ -103,10 +87,10 @@ def unlist(url: str, status_path: str | None, timeout: float | None) -> None:
 
     def drop() -> None:
         _lease.take(path, "trainstatus.integrations.dcp.save")  # a local status file's (lease.py); none on a store
-        store = _store(path)
+        store = open_status(path)
         try:
             if any(_names(e, name) for e in listed_entries(store, CATEGORY)):
-                _write(store, lambda current: [e for e in current if not _names(e, name)])
+                rewrite(store, CATEGORY, lambda current: [e for e in current if not _names(e, name)])
         finally:
             store.close()
 
@@ -157,9 +141,9 @@ def record(url: str, step: int, status_path: str | None, keep: int | None, rewar
                        if _is_entry(kept[i]) and kept[i]["file_path"] not in still]
             return left
 
-        store = _store(path)
+        store = open_status(path)
         try:
-            _write(store, change)
+            rewrite(store, CATEGORY, change)
         finally:
             store.close()
         if over:  # as on a disk (dcp.record): the save is whole now; the window behind it was not
@@ -196,21 +180,20 @@ def last_complete(root_url: str, status_path: str | None, timeout: float | None,
     ``note(entry, url, status_path)`` says what to say of the folder chosen (rank 0)."""
     folder, path = _place(root_url, status_path)
 
-    def unlist_passed(skipped: list[tuple[Any, str]]) -> str:
+    def unlist_passed(skipped: list[tuple[Any, str]]) -> TrainingStatusWriteError | None:
         """Drop the newer entries passed over (this run saves over their folders as it reaches their
-        steps, and one half saved over must never be found listed, as on a disk); what to say of them."""
+        steps, and one half saved over must never be found listed, as on a disk); the refusal of
+        that write, if the store refused it (they stay listed, and the warning says so)."""
         passed = [e for e, _ in skipped]
         try:
-            store = _store(path)
+            store = open_status(path)
             try:
-                _write(store, lambda current: [e for e in current if e not in passed])
+                rewrite(store, CATEGORY, lambda current: [e for e in current if e not in passed])
             finally:
                 store.close()
-        except (TrainingStatusWriteError, TrainingStatusCheckpointError) as exc:
-            return (f"They could not be unlisted ({exc}): they stay listed, and a record of a later save into one "
-                    f"of them replaces its entry.")
-        return (f"They are no longer listed (this run saves over their folders as it reaches their steps, and a "
-                f"folder half saved over must not be found listed); their objects are left in {root_url}.")
+        except TrainingStatusWriteError as exc:
+            return exc
+        return None
 
     def pick() -> dict[str, Any] | None:
         if folder.kind(METADATA) == "file":  # a checkpoint folder given for the folder above it: not a fresh run
@@ -220,32 +203,21 @@ def last_complete(root_url: str, status_path: str | None, timeout: float | None,
                 f"(it holds {METADATA}). Pass the folder above it, {above}, which holds the checkpoint folders and the "
                 "status file training_status.json that record() writes beside them. Nothing was read or changed.",
                 path=path)
-        store = _store(path)
+        store = open_status(path)
         try:
             entries = listed_entries(store, CATEGORY)
         finally:
             store.close()
         entry, skipped = choose(folder, entries, whole(root_url))
         if skipped:
-            start = (f"{root_url}/{entry['file_path']} is the newest whole checkpoint recorded in {path}; the newer "
-                     "ones cannot be resumed from" if entry is not None else
-                     f"No checkpoint recorded in {path} can be resumed from")
-            end = "" if entry is not None else " last_complete_checkpoint() returns None: the run starts from scratch."
-            said = unlist_passed(skipped)
-            warn(TrainingStatusCheckpointWarning(f"{start}: {reasons(skipped)}.{end} {said}",
-                                                 skipped=list(skipped), path=path, category=CATEGORY))
+            warn_passed_over(entry, skipped, path, root_url, root_url, unlist_passed(skipped))
         if entry is not None:
             note(entry, f"{root_url}/{entry['file_path']}", path)
         if entry is None:
             listed = {e.get("file_path") for e in entries if isinstance(e, Mapping)}
             left = [n for n, kind in folder.children() if kind == "directory" and n not in listed
                     and folder.kind(f"{n}/{METADATA}") == "file"]
-            if left:
-                warn(TrainingStatusCheckpointWarning(
-                    f"Passed over {', '.join(left[:5])} in {root_url}: torch.distributed.checkpoint folders not "
-                    f"recorded in {path}, so not known to be whole. last_complete_checkpoint() returns None: the run "
-                    "starts from scratch. If one of them is whole and yours, record it (record(folder, step)).",
-                    path=path, category=CATEGORY))
+            warn_unrecorded(left, root_url, path, None)
         return entry
 
     entry = decide(pick, lambda _: {}, root_url, what=f"the newest complete checkpoint of {root_url}",

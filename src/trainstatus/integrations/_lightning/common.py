@@ -15,7 +15,7 @@ from ..._errors import TrainingStatusError, TrainingStatusValueError
 from .._formats import dcp_metadata as _dcp_folders
 from .._formats import deepspeed_tags as _deepspeed_tags
 from .._formats import torch_zip as _torch_zip
-from .._shared.folder import Folder, is_remote
+from .._shared.folder import Folder, is_remote, refuse_remote_status
 from ..._remote.location import check_location, file_url_advice
 from .._shared.choice import Words
 from .._shared.inside import inside
@@ -45,13 +45,7 @@ LATEST = "latest"  # DeepSpeed's file naming the tag; DeepSpeedStrategy.load_che
 
 def status_path(folder: str, given: str | None) -> str:
     """The status file of the local folder ``folder``: ``given``, or the default beside the checkpoints."""
-    if given is not None and is_remote(given):
-        # Read back as a local path, it would never be found: every resume a fresh run.
-        raise TrainingStatusValueError(
-            f"The status file {given} is on remote storage and the checkpoints it would list are in the local folder "
-            f"{folder}: trainstatus keeps a status file on an object store for checkpoints there "
-            "(ModelCheckpoint(dirpath='s3://...')). Pass a local status_path=, or none (training_status.json beside "
-            "the checkpoints). Nothing was read or changed.", path=given)
+    refuse_remote_status(given, folder, "checkpoints", "ModelCheckpoint(dirpath='s3://...')")
     return os.path.join(folder, STATUS_FILE) if given is None else given
 
 

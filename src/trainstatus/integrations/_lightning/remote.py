@@ -26,10 +26,9 @@ from typing import Any
 
 from ..._checkpoints.files import CHECKPOINTS, FILES
 from ..._errors import TrainingStatusCheckpointError, TrainingStatusCheckpointWarning, TrainingStatusValueError, warn
-from ..._committing import retold
 from ..._store import StatusStore
-from .._shared.choice import Words, recorded, warn_passed_over
-from .._shared.folder import Folder, choose, is_remote, listed_entries
+from .._shared.choice import Words, warn_passed_over
+from .._shared.folder import Folder, choose, is_remote, listed_entries, open_status, rewrite
 from .common import CATEGORY, LIGHTNING_META, STATUS_FILE, refuse_status_inside, score
 
 __all__ = ["RemoteList", "is_remote", "join", "newest", "reach", "refuse_checkpoint_given", "remove", "save", "split"]
@@ -55,10 +54,7 @@ class RemoteList:
         self.folder = Folder.of_url(folder_url)
         self.path = self.folder.status_path(status_path, STATUS_FILE, _WHOSE)
         refuse_status_inside(folder_url, self.path, who)
-        # A local status file whose history is there (the file itself lost) is put back, as the local
-        # plugin's resume does; on an object store, an object that is not there reads as empty.
-        self.store = (StatusStore(self.path) if is_remote(self.path) else
-                      StatusStore(self.path, resume=recorded(self.path)))
+        self.store = open_status(self.path)
         self._where = f"{CATEGORY}/{CHECKPOINTS} in {self.path}"
 
     def record(self, name: str, steps: int, reward: float | None) -> dict[str, Any]:
@@ -71,26 +67,19 @@ class RemoteList:
                 "Nothing was recorded.", path=self.path, category=CATEGORY, file_path=name)
         entry = {"steps": steps, "file_path": name, "reward": reward, "creation_time": time.time(),
                  "auxillary_file_paths": [], FILES: files}
-        self._write(lambda current: [*[e for e in current if not _names(e, name)], entry])
+        rewrite(self.store, CATEGORY, lambda current: [*[e for e in current if not _names(e, name)], entry])
         return entry
 
     def unlist(self, name: str) -> None:
         """Drop the entries that name ``name`` (one write; none when nothing names it)."""
         if any(_names(e, name) for e in self.entries()):
-            self._write(lambda current: [e for e in current if not _names(e, name)])
+            rewrite(self.store, CATEGORY, lambda current: [e for e in current if not _names(e, name)])
 
     def entries(self) -> list[Any]:
         return listed_entries(self.store, CATEGORY)
 
     def close(self) -> None:
         self.store.close()
-
-    def _write(self, change: Any) -> None:
-        def body(store: StatusStore) -> None:
-            store.set(CATEGORY, CHECKPOINTS, change(self.entries()))
-
-        with retold("record the checkpoint again"):
-            self.store.run_transaction(body)
 
 
 def _names(entry: Any, name: str) -> bool:

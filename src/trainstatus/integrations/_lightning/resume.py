@@ -15,7 +15,7 @@ from . import remote
 from .common import CATEGORY, WORDS, status_path, unrecorded, whole
 from .strategies import Resumed
 
-__all__ = ["decide", "given_path"]
+__all__ = ["decide"]
 
 def decide(given: Resumed, timeout: float | None, shown: str | None = None) -> tuple[str | None, str]:
     """The name of the checkpoint to resume from in ``given.folder`` (``_resuming.decide``: rank 0
@@ -45,8 +45,3 @@ def decide(given: Resumed, timeout: float | None, shown: str | None = None) -> t
     entry = _resuming.decide(choose, _resuming.entry_files, folder,
                              what=f"the newest complete checkpoint of {shown}", timeout=timeout)
     return (None if entry is None else entry["file_path"]), shown
-
-
-def given_path(status_path: str) -> str:
-    """A status path as given: a URL as it is, a local path absolute."""
-    return status_path if "://" in status_path else os.path.abspath(status_path)

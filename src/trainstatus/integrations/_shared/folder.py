@@ -28,7 +28,8 @@ from ..._checkpoints.checkpoint_list import as_list
 from ..._checkpoints.files import CHECKPOINTS, FILES
 from ..._errors import TrainingStatusCheckpointError, TrainingStatusError, TrainingStatusValueError
 
-__all__ = ["Folder", "choose", "is_remote", "listed_entries"]
+__all__ = ["Folder", "choose", "given_status", "is_remote", "listed_entries", "open_status", "refuse_remote_status",
+           "rewrite"]
 
 # A filesystem's name -> the URL scheme trainstatus opens a status file of that store with
 # (_remote.location), where the folder's path on that filesystem is the same bucket/prefix. pyarrow's
@@ -189,6 +190,44 @@ class Folder:
                 return f"{path} has {found[path]:,} bytes, {size:,} recorded" if type(size) is int else (
                     f"{path} has {found[path]:,} bytes, and its recorded size {size!r} is not a number")
         return None
+
+
+def given_status(path: str) -> str:
+    """A status path as given: a URL as it is, a local path absolute."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def open_status(path: str) -> Any:
+    """The status file of checkpoints on an object store: an object (one not there reads as empty),
+    or a local file put back from its history when it was lost, as every local resume does."""
+    from ..._store import StatusStore
+    from .choice import recorded
+
+    return StatusStore(path) if is_remote(path) else StatusStore(path, resume=recorded(path))
+
+
+def rewrite(store: Any, category: str, change: Callable[[list[Any]], list[Any]]) -> None:
+    """Set ``category``'s checkpoints to ``change(the list now)``, in one transaction (run again on a
+    newer list when another writer came first)."""
+    from ..._committing import retold
+
+    def body(store: Any) -> None:
+        store.set(category, CHECKPOINTS, change(listed_entries(store, category)))
+
+    with retold("record the checkpoint again"):
+        store.run_transaction(body)
+
+
+def refuse_remote_status(given: str | None, folder: str, listed: str, instead: str) -> None:
+    """Refuse a status file on remote storage for checkpoints in the local ``folder``: made absolute
+    as a local path (``<cwd>/s3:/...``) it would never be found again, every resume a fresh run.
+    ``listed`` names what it would list, ``instead`` the remote form that keeps one there."""
+    if given is not None and is_remote(given):
+        raise TrainingStatusValueError(
+            f"The status file {given} is on remote storage and the {listed} it would list are in the local folder "
+            f"{folder}: trainstatus keeps a status file on an object store for {listed} there ({instead}). Pass a "
+            f"local status_path=, or none (training_status.json beside the {listed}). Nothing was read or changed.",
+            path=given)
 
 
 def listed_entries(store: Any, category: str) -> list[Any]:
